@@ -1,0 +1,3 @@
+from paralela.cli import main
+
+main()

@@ -1,0 +1,103 @@
+"""Backends: where tasks run. One small interface, capabilities declared as data.
+
+``get_backend(name, workers)`` returns a shared, long-lived backend for a name (workers
+are reused across calls and stopped when the interpreter exits); pass a
+:class:`Backend` instance instead of a name to manage its life yourself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Callable
+
+from paralela.backends._base import Backend, Broadcast, Capabilities
+from paralela.errors import ConfigError
+
+__all__ = [
+    "Backend",
+    "Broadcast",
+    "Capabilities",
+    "available_backends",
+    "get_backend",
+    "register_backend",
+    "shutdown_shared_backends",
+]
+
+
+def _processes(workers: int | None) -> Backend:
+    from paralela.backends._processes import ProcessBackend
+
+    return ProcessBackend(workers)
+
+
+def _threads(workers: int | None) -> Backend:
+    from paralela.backends._threads import ThreadBackend
+
+    return ThreadBackend(workers)
+
+
+def _sequential(workers: int | None) -> Backend:
+    from paralela.backends._sequential import SequentialBackend
+
+    return SequentialBackend(workers)
+
+
+_FACTORIES: dict[str, Callable[[int | None], Backend]] = {
+    "processes": _processes,
+    "threads": _threads,
+    "sequential": _sequential,
+}
+_shared: dict[tuple[str, int | None], Backend] = {}
+_shared_lock = threading.Lock()
+
+
+def register_backend(name: str, factory: Callable[[int | None], Backend]) -> None:
+    """Make ``factory(workers)`` available as ``backend=name``."""
+    _FACTORIES[name] = factory
+
+
+def available_backends() -> list[str]:
+    """The names ``backend=`` accepts."""
+    return sorted(_FACTORIES)
+
+
+def get_backend(backend: str | Backend, workers: int | None = None) -> Backend:
+    """The shared backend for ``backend`` and ``workers``, started on first use.
+
+    Raises:
+        ConfigError: unknown backend name, or ``workers`` below 1.
+    """
+    if isinstance(backend, Backend):
+        return backend
+    if backend not in _FACTORIES:
+        raise ConfigError(
+            f"Unknown backend {backend!r}; valid backends are: {', '.join(available_backends())}."
+        )
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"workers must be a positive integer or None, got {workers!r}.")
+    key = (backend, workers)
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is None:
+            found = _shared[key] = _FACTORIES[backend](workers)
+        return found
+
+
+def discard_backend(backend: Backend) -> None:
+    """Forget a shared backend that is broken, so the next call starts a fresh one."""
+    with _shared_lock:
+        for key, value in list(_shared.items()):
+            if value is backend:
+                del _shared[key]
+    backend.shutdown(wait=False, cancel_futures=True)
+
+
+@atexit.register
+def shutdown_shared_backends() -> None:
+    """Stop every shared backend (runs at interpreter exit)."""
+    with _shared_lock:
+        backends = list(_shared.values())
+        _shared.clear()
+    for b in backends:
+        b.shutdown(wait=True, cancel_futures=True)

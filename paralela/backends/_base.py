@@ -1,0 +1,121 @@
+"""The backend seam: run callables on workers and hand back ``concurrent.futures`` futures.
+
+A backend is deliberately tiny (``submit``, ``shutdown``, ``effective_workers``) so that
+``map``, batching, retries and the run store are written once, above it. What a backend
+can do is declared as data in :class:`Capabilities`; layers above read the flags and
+never test a backend's name.
+
+Futures fail with :class:`~paralela.errors.WorkerDiedError` when the worker that ran
+them died; the caller decides whether to submit again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ClassVar, Generic, TypeVar
+
+__all__ = ["Backend", "Broadcast", "Capabilities"]
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+_broadcast_ids = itertools.count(1)
+
+
+class Broadcast(Generic[T]):
+    """A read-only object sent to each worker once, however many tasks use it.
+
+    Pass it as a positional argument to :meth:`Backend.submit`; the function receives
+    the wrapped value. Process backends ship it to a worker the first time a task there
+    needs it and keep it until :meth:`Backend.forget` is called.
+    """
+
+    __slots__ = ("_payload", "_payload_lock", "id", "value")
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+        self.id = next(_broadcast_ids)
+        self._payload: bytes | None = None
+        self._payload_lock = threading.Lock()
+
+    def payload(self, dumps: Callable[[Any], bytes]) -> bytes:
+        """The serialised value, computed once."""
+        with self._payload_lock:
+            if self._payload is None:
+                self._payload = dumps(self.value)
+            return self._payload
+
+    def __repr__(self) -> str:
+        return f"Broadcast(id={self.id}, value={type(self.value).__name__})"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, as data.
+
+    Attributes:
+        name: the name the backend is registered under.
+        isolated: tasks run in other processes, so a crash kills a worker, not the caller.
+        needs_pickling: tasks and results cross a process boundary.
+        retries_dead_workers: a dead worker is replaced and its queued tasks re-run.
+        zero_copy_buffers: large buffers (numpy arrays) reach workers without a pickle copy.
+        debuggable: tasks run in the calling thread, so ``pdb`` and breakpoints work.
+        supports_gpus: workers can be pinned to GPUs through their environment.
+    """
+
+    name: str
+    isolated: bool
+    needs_pickling: bool
+    retries_dead_workers: bool
+    zero_copy_buffers: bool
+    debuggable: bool
+    supports_gpus: bool
+
+
+class Backend(ABC):
+    """Run callables on workers. Subclasses set ``capabilities`` and the three methods."""
+
+    capabilities: ClassVar[Capabilities]
+
+    @abstractmethod
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
+        """Schedule ``fn(*args, **kwargs)``; :class:`Broadcast` arguments are unwrapped.
+
+        Raises:
+            UnpicklableError: ``fn`` or an argument cannot be sent to a worker (process
+                backends check this here, before anything runs).
+            RuntimeError: the backend was shut down.
+        """
+
+    @abstractmethod
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop the workers. Pending futures are cancelled when ``cancel_futures``."""
+
+    @abstractmethod
+    def effective_workers(self) -> int:
+        """How many tasks can run at the same time."""
+
+    def forget(self, broadcast: Broadcast[Any]) -> None:  # noqa: B027  (optional hook)
+        """Let workers drop a :class:`Broadcast` value that no task will need again."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown(wait=True, cancel_futures=exc is not None)
+
+
+def unwrap_broadcasts(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Replace each :class:`Broadcast` argument by its value (in-process backends)."""
+    return tuple(a.value if isinstance(a, Broadcast) else a for a in args)

@@ -1,0 +1,438 @@
+"""The processes backend (the default): a pool of worker processes with one manager thread.
+
+::
+
+    submit() ── pickle (cloudpickle, big buffers out of band) ──> pending queue
+                                                                     │
+    manager thread: wait(connections, process sentinels, wake pipe) ─┤
+      ├─ dispatch: give each worker up to PREFETCH tasks; copy buffers into its arena
+      ├─ receive:  result or remote error ──> future
+      └─ death:    the running task's future fails with WorkerDiedError (the caller may
+                   submit it again); the tasks queued behind it go back to the queue;
+                   a fresh worker takes the dead one's place
+
+Workers are fresh interpreters (fork + exec: safe when the caller has threads or has
+initialised CUDA, unlike plain fork, and the user's ``__main__`` is never re-run), stay
+alive across calls, and exit on their own when the driver dies: their connection reaches
+end-of-file and a reader thread ends the process. Each worker holds only its own
+connection, so no worker keeps another's pipe open.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from multiprocessing.connection import Connection, wait
+from typing import Any, ClassVar, TypeVar
+
+import cloudpickle
+
+from paralela.backends._base import Backend, Broadcast, Capabilities
+from paralela.backends._wire import (
+    Arena,
+    dumps,
+    dumps_with_buffers,
+    loads,
+    zero_copy_available,
+)
+from paralela.backends._worker import BroadcastRef
+from paralela.errors import ConfigError, ParalelaError, UnpicklableError, WorkerDiedError
+
+__all__ = ["ProcessBackend", "RemoteTraceback", "thread_limits_env"]
+
+R = TypeVar("R")
+
+# Tasks queued on a worker at once: one running and one waiting, so that a worker never
+# idles for a round trip between tasks. More would only worsen balance at the end.
+PREFETCH = 2
+# A worker that dies this many times in a row before finishing any task is broken
+# (bad environment, import error at start-up): stop instead of respawning forever.
+MAX_STARTUP_DEATHS = 3
+_WORKER_CODE = "from paralela.backends._worker import main; main()"
+_THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+
+
+class RemoteTraceback(Exception):
+    """Carries a worker's formatted traceback as the ``__cause__`` of a re-raised error."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.tb}"""'
+
+
+def thread_limits_env(workers: int) -> dict[str, str]:
+    """Thread-pool sizes (OpenMP, MKL, OpenBLAS...) that keep ``workers`` processes from
+    oversubscribing the CPUs this process may use; variables the user set are kept."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    per_worker = str(max(1, cpus // max(1, workers)))
+    return {var: os.environ.get(var, per_worker) for var in _THREAD_VARS}
+
+
+class _Task:
+    __slots__ = ("buffers", "future", "id", "payload", "refs", "started")
+
+    def __init__(
+        self,
+        task_id: int,
+        future: Future[Any],
+        payload: bytes,
+        buffers: list[Any],
+        refs: list[Broadcast[Any]],
+    ) -> None:
+        self.id = task_id
+        self.future = future
+        self.payload = payload
+        self.buffers = buffers
+        self.refs = refs
+        self.started = False
+
+
+class _Worker:
+    __slots__ = ("arenas", "conn", "free_slots", "inflight", "known_refs", "process", "sentinel")
+
+    def __init__(
+        self, process: subprocess.Popen[bytes], conn: Connection, arenas: list[Arena]
+    ) -> None:
+        self.process = process
+        self.conn = conn
+        # A pidfd becomes readable when the process exits; without one (not Linux), the
+        # connection's end-of-file tells the same, as only the worker holds its end.
+        self.sentinel: int | None = (
+            os.pidfd_open(process.pid) if hasattr(os, "pidfd_open") else None
+        )
+        self.arenas = arenas
+        self.inflight: collections.deque[tuple[_Task, int]] = collections.deque()
+        self.free_slots = list(range(PREFETCH))
+        self.known_refs: set[int] = set()
+
+    def close(self) -> None:
+        self.conn.close()
+        if self.sentinel is not None:
+            os.close(self.sentinel)
+            self.sentinel = None
+        for arena in self.arenas:
+            arena.close()
+
+
+class ProcessBackend(Backend):
+    """A pool of worker processes, started once and reused across calls.
+
+    Args:
+        workers: number of worker processes (default: the CPUs this process may use).
+        env: extra environment variables for the workers (applied before any task).
+
+    A worker's exception comes back as the original exception (when it can be pickled)
+    with the remote traceback as its ``__cause__``. When a worker dies, the future of
+    the task it was running fails with :class:`~paralela.errors.WorkerDiedError`.
+    ``shutdown(cancel_futures=True)`` cancels queued tasks; running ones finish.
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        name="processes",
+        isolated=True,
+        needs_pickling=True,
+        retries_dead_workers=True,
+        zero_copy_buffers=zero_copy_available(),
+        debuggable=False,
+        supports_gpus=True,
+    )
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        n = workers if workers is not None else _usable_cpus()
+        if not isinstance(n, int) or n < 1:
+            raise ConfigError(f"workers must be a positive integer, got {n!r}.")
+        self._n = n
+        self._env = {**os.environ, **thread_limits_env(n), **(env or {})}
+        self._cwd = os.getcwd()
+        self._zero_copy = zero_copy_available()
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._pending: collections.deque[_Task] = collections.deque()
+        self._workers: list[_Worker] = []
+        self._forget: list[int] = []
+        self._closing = False
+        self._broken: BaseException | None = None
+        self._startup_deaths = 0
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._manager = threading.Thread(target=self._run, name="paralela-manager", daemon=True)
+        self._manager.start()
+
+    # -- public interface ----------------------------------------------------------
+
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
+        refs = [a for a in args if isinstance(a, Broadcast)]
+        wire_args = tuple(BroadcastRef(a.id) if isinstance(a, Broadcast) else a for a in args)
+        try:
+            payload, buffers = dumps_with_buffers((fn, wire_args, kwargs), self._zero_copy)
+        except Exception as exc:
+            raise UnpicklableError(
+                f"Cannot send {_name(fn)} or its arguments to a worker process: {exc}. "
+                "Use a function defined at module level or a lambda, and pass objects "
+                "such as open files, locks or connections as something workers can "
+                "rebuild (a path, a URL); or use backend='threads'."
+            ) from exc
+        for ref in refs:
+            _payload_of(ref)
+        future: Future[R] = Future()
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("This processes backend was shut down; create a new one.")
+            if self._broken is not None:
+                raise self._broken
+            self._pending.append(_Task(next(self._ids), future, payload, buffers, refs))
+        self._wake()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closing = True
+            if cancel_futures:
+                while self._pending:
+                    self._pending.popleft().future.cancel()
+        self._wake()
+        if wait and threading.current_thread() is not self._manager:
+            self._manager.join()
+
+    def effective_workers(self) -> int:
+        return self._n
+
+    def forget(self, broadcast: Broadcast[Any]) -> None:
+        with self._lock:
+            self._forget.append(broadcast.id)
+        self._wake()
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers (for tests and diagnostics)."""
+        with self._lock:
+            return [w.process.pid for w in self._workers]
+
+    # -- manager thread ---------------------------------------------------------------
+
+    def _wake(self) -> None:
+        # A full pipe means the manager wakes anyway.
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"x")
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if self._broken is None:
+                        self._spawn_missing()
+                    self._dispatch()
+                    if self._closing and not self._pending and not self._busy():
+                        return
+                    watch: dict[Any, tuple[str, _Worker | None]] = {self._wake_r: ("wake", None)}
+                    for w in self._workers:
+                        watch[w.conn] = ("conn", w)
+                        if w.sentinel is not None:
+                            watch[w.sentinel] = ("dead", w)
+                for ready in wait(list(watch)):
+                    what, worker = watch[ready]
+                    if what == "wake":
+                        os.read(self._wake_r, 65536)
+                    elif worker is not None and worker in self._workers:
+                        if what == "conn":
+                            self._receive(worker)
+                        else:
+                            self._on_death(worker)
+        except BaseException as exc:  # never leave futures hanging
+            self._fail_everything(exc)
+            raise
+        finally:
+            self._stop_workers()
+
+    def _busy(self) -> bool:
+        return any(w.inflight for w in self._workers)
+
+    def _spawn_missing(self) -> None:
+        while len(self._workers) < self._n and not self._closing:
+            self._workers.append(self._spawn())
+
+    def _spawn(self) -> _Worker:
+        ours, theirs = socket.socketpair()
+        arenas = [Arena() for _ in range(PREFETCH)] if self._zero_copy else []
+        fds = [theirs.fileno(), *(a.fd for a in arenas)]
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", _WORKER_CODE, *map(str, fds)],
+                env=self._env,
+                cwd=self._cwd,
+                pass_fds=fds,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            theirs.close()
+        conn = Connection(ours.detach())
+        conn.send_bytes(dumps(("init", list(sys.path))))
+        return _Worker(process, conn, arenas)
+
+    def _dispatch(self) -> None:
+        for ref_id in self._forget:
+            for w in self._workers:
+                if ref_id in w.known_refs:
+                    w.known_refs.discard(ref_id)
+                    self._send(w, dumps(("forget", ref_id)))
+        self._forget.clear()
+        while self._pending:
+            worker = min(self._workers, key=lambda w: len(w.inflight), default=None)
+            if worker is None or len(worker.inflight) >= PREFETCH:
+                return
+            task = self._pending.popleft()
+            if not task.started:
+                if not task.future.set_running_or_notify_cancel():
+                    continue
+                task.started = True
+            slot = worker.free_slots.pop()
+            for ref in task.refs:
+                if ref.id not in worker.known_refs:
+                    self._send(worker, dumps(("ref", ref.id, _payload_of(ref))))
+                    worker.known_refs.add(ref.id)
+            layout = worker.arenas[slot].write(task.buffers) if task.buffers else []
+            worker.inflight.append((task, slot))
+            self._send(worker, dumps(("task", task.id, task.payload, slot, layout)))
+
+    def _send(self, worker: _Worker, message: bytes) -> None:
+        # If the worker died, its sentinel reports it next.
+        with contextlib.suppress(OSError):
+            worker.conn.send_bytes(message)
+
+    def _receive(self, worker: _Worker) -> None:
+        try:
+            message = worker.conn.recv_bytes()
+        except (EOFError, OSError):
+            self._on_death(worker)
+            return
+        self._complete(worker, loads(message))
+
+    def _complete(self, worker: _Worker, message: tuple[Any, ...]) -> None:
+        task, slot = worker.inflight.popleft()
+        worker.free_slots.append(slot)
+        task.buffers = []
+        self._startup_deaths = 0
+        if message[0] == "ok":
+            task.future.set_result(message[2])
+            return
+        _, _, exc_bytes, tb, kind, text = message
+        exc: BaseException
+        try:
+            exc = loads(exc_bytes) if exc_bytes is not None else ParalelaError(f"{kind}: {text}")
+        except Exception:
+            exc = ParalelaError(f"{kind}: {text}")
+        exc.__cause__ = RemoteTraceback(tb)
+        task.future.set_exception(exc)
+
+    def _on_death(self, worker: _Worker) -> None:
+        # Results the worker sent before it died are still in the pipe: keep them.
+        try:
+            while worker.inflight and worker.conn.poll(0):
+                self._complete(worker, loads(worker.conn.recv_bytes()))
+        except (EOFError, OSError):
+            pass
+        try:
+            exitcode: int | None = worker.process.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:  # connection lost but still alive: end it
+            worker.process.kill()
+            exitcode = worker.process.wait()
+        self._workers.remove(worker)
+        worker.close()
+        if not worker.inflight:
+            if not self._closing:
+                self._count_startup_death(exitcode)
+            return
+        (running, _), *queued = worker.inflight
+        for task, _ in reversed(queued):  # not started: they simply run elsewhere
+            self._pending.appendleft(task)
+        running.future.set_exception(WorkerDiedError(exitcode, pid=worker.process.pid))
+
+    def _count_startup_death(self, exitcode: int | None) -> None:
+        self._startup_deaths += 1
+        if self._startup_deaths >= MAX_STARTUP_DEATHS:
+            self._broken = WorkerDiedError(exitcode)
+            self._broken.args = (
+                f"Worker processes die at start-up ({self._startup_deaths} in a row, last: "
+                f"{worker_exit(exitcode)}). Check that paralela and your modules import in a "
+                "fresh interpreter with the same environment.",
+            )
+            self._fail_everything(self._broken)
+
+    def _fail_everything(self, exc: BaseException) -> None:
+        for w in self._workers:
+            for task, _ in w.inflight:
+                if not task.future.done():
+                    task.future.set_exception(exc)
+            w.inflight.clear()
+        while self._pending:
+            task = self._pending.popleft()
+            if not task.future.done():
+                if not task.started and not task.future.set_running_or_notify_cancel():
+                    continue
+                task.future.set_exception(exc)
+
+    def _stop_workers(self) -> None:
+        with self._lock:
+            workers, self._workers = self._workers, []
+        for w in workers:
+            w.conn.close()  # end-of-file: the worker exits
+        for w in workers:
+            try:
+                w.process.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                w.process.kill()
+                w.process.wait()
+            w.close()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+
+
+def worker_exit(exitcode: int | None) -> str:
+    from paralela.errors import describe_exit
+
+    return describe_exit(exitcode)
+
+
+def _payload_of(ref: Broadcast[Any]) -> bytes:
+    try:
+        return ref.payload(lambda v: cloudpickle.dumps(v, protocol=5))
+    except Exception as exc:
+        raise UnpicklableError(
+            f"Cannot send the shared object ({type(ref.value).__name__}) to worker "
+            f"processes: {exc}. Share plain data (arrays, dicts, paths) instead."
+        ) from exc
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)

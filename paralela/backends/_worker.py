@@ -1,0 +1,113 @@
+"""The worker process of the processes backend, started as
+``python -c "from paralela.backends._worker import main; main()" SOCKET_FD ARENA_FD...``.
+
+::
+
+    driver connection ──> reader thread ──> inbox ──> main thread: run task ──> connection
+                          (EOF: the driver is gone, exit at once, even mid-task)
+
+Messages from the driver (pickled tuples):
+    ("init", sys_path)                                the driver's import path, sent first
+    ("task", task_id, payload, arena_slot, layout)   run a task; buffers are in the arena
+    ("ref", ref_id, payload)                          cache a Broadcast value
+    ("forget", ref_id)                                drop it
+Replies: ("ok", task_id, result) or ("err", task_id, exc_or_None, traceback, type, message).
+
+A fresh interpreter (not a fork) keeps workers safe when the driver has threads or has
+initialised CUDA, and never re-runs the user's ``__main__``: functions travel by value
+(cloudpickle) or by module name, found on the driver's ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from paralela.backends._wire import ArenaView, dumps, loads
+
+__all__ = ["BroadcastRef", "main", "worker_main"]
+
+
+class BroadcastRef:
+    """Stands in, inside a pickled task, for a Broadcast value cached in the worker."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, ref_id: int) -> None:
+        self.id = ref_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BroadcastRef, (self.id,))
+
+
+def _read_forever(conn: Connection, inbox: queue.SimpleQueue[bytes]) -> None:
+    try:
+        while True:
+            inbox.put(conn.recv_bytes())
+    except (EOFError, OSError):
+        # The driver closed the connection or died: nobody wants our results.
+        os._exit(0)
+
+
+def _error_reply(task_id: int, exc: BaseException) -> bytes:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    exc_bytes: bytes | None
+    try:
+        exc_bytes = dumps(exc)
+        pickle.loads(exc_bytes)  # some exceptions pickle but cannot be rebuilt
+    except Exception:
+        exc_bytes = None
+    return dumps(("err", task_id, exc_bytes, tb, kind, str(exc)))
+
+
+def main() -> None:
+    """Entry point: file descriptors of the driver connection and the arenas in argv."""
+    fds = [int(a) for a in sys.argv[1:]]
+    for fd in fds:  # processes the user's code starts must not hold them
+        os.set_inheritable(fd, False)
+    worker_main(Connection(fds[0]), fds[1:])
+
+
+def worker_main(conn: Connection, arena_fds: list[int]) -> None:
+    """Serve tasks until the driver closes the connection."""
+    # Ctrl-C reaches the whole process group; the driver decides what stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    threading.Thread(
+        target=_read_forever, args=(conn, inbox), name="paralela-reader", daemon=True
+    ).start()
+    arenas = [ArenaView(fd) for fd in arena_fds]
+    refs: dict[int, Any] = {}
+
+    while True:
+        message = loads(inbox.get())
+        kind = message[0]
+        if kind == "init":
+            sys.path[:] = message[1]
+            continue
+        if kind == "ref":
+            refs[message[1]] = loads(message[2])
+            continue
+        if kind == "forget":
+            refs.pop(message[1], None)
+            continue
+        _, task_id, payload, slot, layout = message
+        try:
+            buffers = arenas[slot].views(layout) if layout else None
+            fn, args, kwargs = loads(payload, buffers)
+            args = tuple(refs[a.id] if isinstance(a, BroadcastRef) else a for a in args)
+            result = fn(*args, **kwargs)
+            del fn, args, kwargs, buffers
+            reply = dumps(("ok", task_id, result))
+            del result
+        except BaseException as exc:  # everything goes back to the driver
+            reply = _error_reply(task_id, exc)
+        conn.send_bytes(reply)

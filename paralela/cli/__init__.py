@@ -1,0 +1,13 @@
+"""paralela's command line: a thin layer, each sub-command one call into the library."""
+
+from __future__ import annotations
+
+from paralela.cli import _demo, _info, _map  # noqa: F401  (each module registers its command)
+from paralela.cli._app import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Entry point of the ``paralela`` console script and of ``python -m paralela``."""
+    app()

@@ -1,0 +1,180 @@
+"""paralela's exceptions.
+
+Every error says what happened, what is allowed, and what to do::
+
+    ParalelaError
+    ├── ConfigError (ValueError)        bad option or input, raised before work starts
+    │   └── UnpicklableError            a function or argument cannot travel to a worker
+    ├── TaskError                       the user's function raised in a worker
+    ├── MapError                        on_error="collect": every TaskError of a run
+    ├── WorkerDiedError                 a worker died (signal, exit code) more often than allowed
+    ├── RunStoreError                   the run directory cannot be used
+    │   └── FingerprintMismatchError    the run directory belongs to another function or input
+    └── MissingExtraError (ImportError) an optional dependency is not installed
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "FingerprintMismatchError",
+    "MapError",
+    "MissingExtraError",
+    "ParalelaError",
+    "RunStoreError",
+    "TaskError",
+    "UnpicklableError",
+    "WorkerDiedError",
+    "describe_exit",
+]
+
+
+class ParalelaError(Exception):
+    """Base class of every error paralela raises on purpose."""
+
+
+class ConfigError(ParalelaError, ValueError):
+    """An option or an input is not valid; raised before any work starts where possible."""
+
+
+class UnpicklableError(ConfigError):
+    """A function, argument or item cannot be serialised to reach a worker."""
+
+
+class TaskError(ParalelaError):
+    """The user's function raised an exception in a worker.
+
+    Attributes:
+        index: position of the failing item in the input.
+        item_repr: a short ``repr`` of that item.
+        remote_traceback: the traceback as formatted in the worker.
+        exc_type: the qualified name of the original exception type.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int | None,
+        item_repr: str,
+        remote_traceback: str,
+        exc_type: str,
+    ) -> None:
+        super().__init__(message)
+        self.index = index
+        self.item_repr = item_repr
+        self.remote_traceback = remote_traceback
+        self.exc_type = exc_type
+
+    def __str__(self) -> str:
+        where = f"item {self.index} ({self.item_repr})" if self.index is not None else "a task"
+        return (
+            f"{self.exc_type} in {where}: {self.args[0]}\n\n"
+            f"Remote traceback:\n{self.remote_traceback.rstrip()}"
+        )
+
+    def __reduce__(self) -> Any:
+        return (
+            _rebuild_task_error,
+            (self.args[0], self.index, self.item_repr, self.remote_traceback, self.exc_type),
+        )
+
+
+def _rebuild_task_error(
+    message: str, index: int | None, item_repr: str, tb: str, exc_type: str
+) -> TaskError:
+    return TaskError(
+        message, index=index, item_repr=item_repr, remote_traceback=tb, exc_type=exc_type
+    )
+
+
+class MapError(ParalelaError):
+    """Raised after a run with ``on_error="collect"`` in which some items failed.
+
+    Attributes:
+        failures: one :class:`TaskError` per failed item, in input order.
+        results: the full result list, with ``None`` where an item failed.
+    """
+
+    def __init__(self, failures: Sequence[TaskError], results: list[Any]) -> None:
+        self.failures = list(failures)
+        self.results = results
+        first = self.failures[0] if self.failures else None
+        head = f"{len(self.failures)} of {len(results)} items failed"
+        detail = f"; the first one:\n{first}" if first is not None else ""
+        super().__init__(head + detail)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Turn a process exit code into words: ``"killed by SIGKILL"``, ``"exit code 3"``."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = ""
+        if -exitcode == signal.SIGKILL:
+            hint = " (often the out-of-memory killer, or someone ran kill -9)"
+        elif -exitcode == signal.SIGSEGV:
+            hint = " (a crash in compiled code)"
+        return f"killed by {name}{hint}"
+    return f"exit code {exitcode}"
+
+
+class WorkerDiedError(ParalelaError):
+    """A worker process died while it ran a chunk, and retries are used up.
+
+    Attributes:
+        exitcode: the worker's exit code (negative: the signal that killed it).
+        indices: the input positions of the items that were in the dead worker's chunk.
+        attempts: how many times the chunk was tried.
+    """
+
+    def __init__(
+        self,
+        exitcode: int | None,
+        *,
+        indices: Sequence[int] = (),
+        attempts: int = 1,
+        pid: int | None = None,
+    ) -> None:
+        self.exitcode = exitcode
+        self.indices = list(indices)
+        self.attempts = attempts
+        self.pid = pid
+        span = ""
+        if self.indices:
+            lo, hi = self.indices[0], self.indices[-1]
+            span = f" while running items {lo}..{hi}" if hi != lo else f" while running item {lo}"
+        who = f"worker (pid {pid})" if pid is not None else "worker"
+        super().__init__(
+            f"A {who} died{span}: {describe_exit(exitcode)}; tried {attempts} time(s). "
+            "If it ran out of memory, use fewer workers or smaller items; "
+            "raise retries= to try more often."
+        )
+
+
+class RunStoreError(ParalelaError):
+    """The run directory cannot be used as asked."""
+
+
+class FingerprintMismatchError(RunStoreError):
+    """The run directory holds results of another function or other inputs."""
+
+
+class MissingExtraError(ParalelaError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+    def __init__(self, module: str, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the Python package '{module}', which is not installed. "
+            f"Install it with: pip install 'paralela[{extra}]'"
+        )
+        self.module = module
+        self.extra = extra

@@ -1,0 +1,187 @@
+"""``paralela.map`` and ``paralela.imap``: a function over many items, on every core."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, TypeVar
+
+from paralela._config import UNSET, resolve
+from paralela.backends import Backend, get_backend
+from paralela.errors import ConfigError, MapError, UnpicklableError
+from paralela.mapping._chunking import make_chunker
+from paralela.mapping._engine import MapIterator, Plan
+from paralela.mapping._progress import make_progress
+from paralela.mapping._summary import Results
+from paralela.mapping._task import Job
+from paralela.runs import RunStore
+from paralela.runs._fingerprint import fingerprint_function, fingerprint_object
+
+__all__ = ["imap", "map"]
+
+R = TypeVar("R")
+OnError = Literal["raise", "collect"]
+
+
+def _check_picklable(what: str, obj: Any) -> None:
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(obj)
+    except Exception as exc:
+        raise UnpicklableError(
+            f"The {what} ({getattr(obj, '__qualname__', type(obj).__name__)}) cannot be sent "
+            f"to worker processes: {exc}. Define it at module level (or as a lambda) and "
+            "let it open files, connections or models itself, e.g. in an initializer; "
+            "or use backend='threads'."
+        ) from exc
+
+
+def imap(
+    fn: Callable[..., R],
+    items: Iterable[Any],
+    *,
+    workers: int | Any | None = UNSET,
+    backend: str | Backend | Any = UNSET,
+    chunksize: int | Literal["auto"] = "auto",
+    ordered: bool = True,
+    initializer: Callable[..., Any] | None = None,
+    initargs: tuple[Any, ...] = (),
+    shared: Any = UNSET,
+    on_error: OnError = "raise",
+    retries: int | Any = UNSET,
+    run_dir: str | os.PathLike[str] | None = None,
+    progress: bool | Any | None = UNSET,
+) -> MapIterator[R]:
+    """Like :func:`map`, but returns an iterator that yields results as they are ready.
+
+    The input is read lazily and at most a few chunks per worker are in flight, so a
+    generator of any length runs in bounded memory. The iterator's ``summary`` fills
+    in as it runs. Leaving the loop early (or ``close()``) cancels chunks not started.
+    With ``on_error="collect"`` a failed item yields ``None`` and :class:`MapError`
+    is raised once the input is done.
+    """
+    backend_obj = get_backend(
+        resolve("backend", backend, "processes"), resolve("workers", workers, None)
+    )
+    if on_error not in ("raise", "collect"):
+        raise ConfigError(f"on_error must be 'raise' or 'collect', got {on_error!r}.")
+    n_retries = resolve("retries", retries, 2)
+    if isinstance(n_retries, bool) or not isinstance(n_retries, int) or n_retries < 0:
+        raise ConfigError(f"retries must be a non-negative integer, got {n_retries!r}.")
+    if not callable(fn):
+        raise ConfigError(f"fn must be callable, got {type(fn).__name__}.")
+    if initializer is not None and not callable(initializer):
+        raise ConfigError(f"initializer must be callable, got {type(initializer).__name__}.")
+    chunker = make_chunker(chunksize, backend_obj.effective_workers())
+    if not isinstance(items, Iterable):
+        raise ConfigError(
+            f"items must be iterable (a list, range, generator...), got {type(items).__name__}."
+        )
+    if backend_obj.capabilities.needs_pickling:
+        _check_picklable("function", fn)
+        if initializer is not None:
+            _check_picklable("initializer", initializer)
+            _check_picklable("initializer arguments", initargs)
+        if shared is not UNSET:
+            _check_picklable("shared object", shared)
+    job = Job(
+        fn,
+        initializer,
+        tuple(initargs),
+        None if shared is UNSET else shared,
+        shared is not UNSET,
+        on_error == "raise",
+    )
+    total = len(items) if hasattr(items, "__len__") else None  # type: ignore[arg-type]
+    store = None
+    if run_dir is not None:
+        identity = {"function": fingerprint_function(fn)}
+        if shared is not UNSET:
+            identity["shared"] = fingerprint_object(shared)
+        store = RunStore(
+            run_dir,
+            identity,
+            {"kind": "map", "function_name": getattr(fn, "__qualname__", repr(fn)), "items": total},
+        )
+    bar = make_progress(resolve("progress", progress, None), total, getattr(fn, "__name__", "map"))
+    plan = Plan(backend_obj, job, items, total, chunker, ordered, n_retries, store, bar)
+    return MapIterator(plan)
+
+
+def map(
+    fn: Callable[..., R],
+    items: Iterable[Any],
+    *,
+    workers: int | Any | None = UNSET,
+    backend: str | Backend | Any = UNSET,
+    chunksize: int | Literal["auto"] = "auto",
+    ordered: bool = True,
+    initializer: Callable[..., Any] | None = None,
+    initargs: tuple[Any, ...] = (),
+    shared: Any = UNSET,
+    on_error: OnError = "raise",
+    retries: int | Any = UNSET,
+    run_dir: str | os.PathLike[str] | None = None,
+    progress: bool | Any | None = UNSET,
+) -> Results[R]:
+    """Apply ``fn`` to every item, in parallel; return the results as a list.
+
+    Args:
+        fn: called as ``fn(item)``, or ``fn(item, shared)`` when ``shared`` is given.
+        items: any iterable; read lazily, so it may be a generator of unknown length.
+        workers: how many workers (default: the CPUs this process may use).
+        backend: ``"processes"`` (default), ``"threads"``, ``"sequential"`` (a plain loop
+            where pdb works), or a :class:`~paralela.backends.Backend`.
+        chunksize: ``"auto"`` bunches items so that a chunk takes about 50 ms; or a
+            fixed number of items per chunk.
+        ordered: results in input order (default), or in the order they finish.
+        initializer: called as ``initializer(*initargs)`` once in each worker before its
+            first item (load a model, open a database).
+        shared: a read-only object sent once to each worker (not once per item).
+        on_error: ``"raise"`` stops at the first exception in ``fn`` and raises
+            :class:`~paralela.errors.TaskError` (with the remote traceback, the item's
+            index and repr); ``"collect"`` finishes the input, then raises
+            :class:`~paralela.errors.MapError` with every failure and the results
+            (``None`` where an item failed).
+        retries: how many times a chunk is run again when its worker dies (killed,
+            crashed, out of memory) before :class:`~paralela.errors.WorkerDiedError`.
+        run_dir: a directory that keeps finished chunks; running again with the same
+            directory computes only what is missing. A directory made for another
+            function or input raises :class:`~paralela.errors.FingerprintMismatchError`.
+        progress: ``True`` shows a progress bar, ``False`` hides it; by default it
+            shows on a terminal.
+
+    Returns:
+        A list of results with a ``summary`` attribute (:class:`MapSummary`): items,
+        wall time, busy share per worker, and each chunk's timing.
+
+    Raises:
+        ConfigError: a bad option, before any work starts.
+        UnpicklableError: ``fn``, ``shared``, the initializer or an item cannot reach a
+            worker process; raised before that work starts.
+
+    On KeyboardInterrupt the chunks not yet started are cancelled; finished chunks are
+    already in ``run_dir``.
+    """
+    iterator: MapIterator[R] = imap(
+        fn,
+        items,
+        workers=workers,
+        backend=backend,
+        chunksize=chunksize,
+        ordered=ordered,
+        initializer=initializer,
+        initargs=initargs,
+        shared=shared,
+        on_error=on_error,
+        retries=retries,
+        run_dir=run_dir,
+        progress=progress,
+    )
+    values: list[R] = []
+    try:
+        values.extend(iterator)
+    except MapError as exc:
+        raise MapError(exc.failures, values) from None
+    return Results(values, iterator.summary)

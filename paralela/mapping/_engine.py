@@ -1,0 +1,299 @@
+"""The map engine: chunks in, results out, over any backend.
+
+::
+
+    items ──> chunker ──> backend.submit(run_chunk, job, start, chunk) ──> futures
+     (lazy)     ^  sizes from measured time              │
+                └────────── observe(n, seconds) ─────────┤
+    run store: finished chunks are read instead of computed; new ones written atomically
+    results ──> in input order (a bounded reorder buffer) or as they finish
+
+At most ``window`` chunks are in flight and at most ``window`` more wait to be yielded,
+so memory stays bounded for inputs of any length. A chunk whose worker died is
+submitted again, up to ``retries`` times.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Generator, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from paralela.backends import Backend, Broadcast
+from paralela.backends._processes import RemoteTraceback
+from paralela.errors import (
+    FingerprintMismatchError,
+    MapError,
+    TaskError,
+    UnpicklableError,
+    WorkerDiedError,
+)
+from paralela.mapping._chunking import Chunker
+from paralela.mapping._progress import NullProgress
+from paralela.mapping._summary import ChunkTiming, MapSummary
+from paralela.mapping._task import ChunkOutcome, ItemFailure, Job, run_chunk, short_repr
+from paralela.runs import RunStore, StoredChunk
+from paralela.runs._fingerprint import digest_items
+
+__all__ = ["MapIterator", "Plan", "run"]
+
+R = TypeVar("R")
+# Chunks kept in flight per worker: the backend's prefetch (2) plus one being prepared.
+IN_FLIGHT_PER_WORKER = 3
+
+
+@dataclass
+class Plan:
+    """Everything a run needs, validated by :func:`paralela.map`."""
+
+    backend: Backend
+    job: Job
+    items: Iterable[Any]
+    total: int | None
+    chunker: Chunker
+    ordered: bool
+    retries: int
+    store: RunStore | None
+    progress: NullProgress
+
+
+@dataclass
+class _Chunk:
+    start: int
+    items: list[Any]
+    attempts: int = 1
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.items)
+
+
+class MapIterator(Iterator[R], Generic[R]):
+    """The iterator :func:`paralela.imap` returns; ``summary`` fills in as it runs.
+
+    Closing it (or leaving a ``for`` loop early) cancels the chunks not yet started.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        self.summary = MapSummary()
+        self._gen = run(plan, self.summary)
+
+    def __iter__(self) -> MapIterator[R]:
+        return self
+
+    def __next__(self) -> R:
+        return next(self._gen)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._gen.close()
+
+
+def _worker_name(outcome: ChunkOutcome, isolated: bool) -> str:
+    return str(outcome.pid) if isolated else f"{outcome.pid}:{outcome.thread}"
+
+
+def _task_error(f: ItemFailure) -> TaskError:
+    return TaskError(
+        f.message,
+        index=f.index,
+        item_repr=f.item_repr,
+        remote_traceback=f.traceback,
+        exc_type=f.exc_type,
+    )
+
+
+def _chunk_error(chunk: _Chunk, exc: BaseException) -> TaskError:
+    cause = exc.__cause__
+    tb = cause.tb if isinstance(cause, RemoteTraceback) else ""
+    return TaskError(
+        f"the chunk of items {chunk.start}..{chunk.end - 1} failed outside the function "
+        f"(in the initializer or while loading the chunk): {exc}",
+        index=None,
+        item_repr="",
+        remote_traceback=tb or repr(exc),
+        exc_type=type(exc).__qualname__,
+    )
+
+
+def _submit(plan: Plan, job_ref: Broadcast[Job], chunk: _Chunk) -> Future[ChunkOutcome]:
+    try:
+        return plan.backend.submit(run_chunk, job_ref, chunk.start, chunk.items)
+    except UnpicklableError:
+        from paralela.backends._wire import dumps_with_buffers
+
+        for offset, item in enumerate(chunk.items):
+            try:
+                dumps_with_buffers(item, False)
+            except Exception as item_exc:
+                raise UnpicklableError(
+                    f"Item {chunk.start + offset} ({short_repr(item)}) cannot be sent to a "
+                    f"worker process: {item_exc}. Pass plain data (numbers, strings, "
+                    "arrays, paths) as items, or use backend='threads'."
+                ) from item_exc
+        raise
+
+
+def run(plan: Plan, summary: MapSummary) -> Generator[Any, None, None]:
+    """Generate the results of ``plan`` and fill ``summary`` as they come."""
+    backend = plan.backend
+    isolated = backend.capabilities.isolated
+    job_ref = Broadcast(plan.job)
+    window = backend.effective_workers() * IN_FLIGHT_PER_WORKER
+    source = iter(plan.items)
+    peeked: list[Any] = []
+    finished = plan.store.finished() if plan.store is not None else {}
+    resume_starts = sorted(finished)
+    inflight: dict[Future[ChunkOutcome], _Chunk] = {}
+    ready: dict[int, tuple[int, list[Any]]] = {}
+    failures: list[TaskError] = []
+    next_index = 0
+    next_yield = 0
+    exhausted = False
+    t0 = time.perf_counter()
+
+    def take(n: int) -> list[Any]:
+        got = peeked[:n]
+        del peeked[:n]
+        if len(got) < n:
+            got.extend(itertools.islice(source, n - len(got)))
+        return got
+
+    def peek() -> Any:
+        if not peeked:
+            peeked.extend(itertools.islice(source, 1))
+        return peeked[0] if peeked else None
+
+    def resume_chunk(start: int) -> None:
+        nonlocal next_index, exhausted
+        assert plan.store is not None
+        stored = plan.store.load(finished.pop(start))
+        items = take(stored.end - stored.start)
+        if len(items) < stored.end - stored.start or digest_items(items) != stored.input_digest:
+            raise FingerprintMismatchError(
+                f"Items {stored.start}..{stored.end - 1} differ from those the run directory "
+                f"{plan.store.path} computed (or the input is shorter). Pass a new run_dir= "
+                "for new inputs, or delete the directory to start afresh."
+            )
+        ready[stored.start] = (stored.end, stored.results)
+        summary.resumed_items += len(items)
+        plan.progress.advance(len(items))
+        next_index = stored.end
+
+    def fill() -> None:
+        nonlocal next_index, exhausted
+        while not exhausted and len(inflight) < window and len(ready) < window:
+            if next_index in finished:
+                resume_chunk(next_index)
+                continue
+            limit = next((s for s in resume_starts if s > next_index), None)
+            remaining = None if plan.total is None else plan.total - next_index
+            size = plan.chunker.next_size(remaining, peek())
+            if limit is not None:
+                size = min(size, limit - next_index)
+            items = take(size)
+            if not items:
+                exhausted = True
+                return
+            chunk = _Chunk(next_index, items)
+            next_index = chunk.end
+            inflight[_submit(plan, job_ref, chunk)] = chunk
+
+    def accept(chunk: _Chunk, outcome: ChunkOutcome) -> None:
+        n = len(chunk.items)
+        plan.chunker.observe(n, outcome.finished - outcome.started)
+        summary.chunks += 1
+        summary.computed_items += n
+        summary.timeline.append(
+            ChunkTiming(
+                chunk.start,
+                n,
+                outcome.started,
+                outcome.finished,
+                _worker_name(outcome, isolated),
+                outcome.host,
+                chunk.attempts,
+            )
+        )
+        if outcome.failures:
+            summary.failures += len(outcome.failures)
+            if plan.job.stop_at_first_error:
+                raise _task_error(outcome.failures[0])
+            failures.extend(_task_error(f) for f in outcome.failures)
+        elif plan.store is not None:
+            plan.store.write(
+                StoredChunk(
+                    chunk.start,
+                    chunk.end,
+                    digest_items(chunk.items),
+                    outcome.results,
+                    {
+                        "started": outcome.started,
+                        "finished": outcome.finished,
+                        "worker": _worker_name(outcome, isolated),
+                        "host": outcome.host,
+                        "attempt": chunk.attempts,
+                    },
+                )
+            )
+        ready[chunk.start] = (chunk.end, outcome.results)
+        plan.progress.advance(n)
+
+    def collect(future: Future[ChunkOutcome]) -> None:
+        chunk = inflight.pop(future)
+        try:
+            outcome = future.result()
+        except WorkerDiedError as died:
+            if chunk.attempts > plan.retries:
+                raise WorkerDiedError(
+                    died.exitcode,
+                    indices=range(chunk.start, chunk.end),
+                    attempts=chunk.attempts,
+                    pid=died.pid,
+                ) from None
+            chunk.attempts += 1
+            summary.retries += 1
+            inflight[_submit(plan, job_ref, chunk)] = chunk
+            return
+        except (TaskError, MapError):
+            raise
+        except Exception as exc:
+            raise _chunk_error(chunk, exc) from exc
+        accept(chunk, outcome)
+
+    try:
+        fill()
+        while inflight or ready:
+            if plan.ordered:
+                while next_yield in ready:
+                    end, results = ready.pop(next_yield)
+                    next_yield = end
+                    summary.items += len(results)
+                    yield from results
+            else:
+                for start in list(ready):
+                    _, results = ready.pop(start)
+                    summary.items += len(results)
+                    yield from results
+            fill()
+            if not inflight:
+                if ready or not exhausted:
+                    continue
+                break
+            done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            for future in done:
+                collect(future)
+            fill()
+        if failures:
+            failures.sort(key=lambda e: e.index if e.index is not None else -1)
+            raise MapError(failures, [])
+    finally:
+        for future in inflight:
+            future.cancel()
+        backend.forget(job_ref)
+        plan.progress.close()
+        summary.finish(time.perf_counter() - t0)
+        if plan.store is not None:
+            plan.store.write_summary(summary.to_dict())

@@ -1,0 +1,136 @@
+"""What runs inside a worker: one chunk of items through the user's function."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ChunkOutcome", "ItemFailure", "Job", "run_chunk", "short_repr"]
+
+_HOST = socket.gethostname()
+
+
+def short_repr(obj: Any, limit: int = 120) -> str:
+    """``repr`` cut to ``limit`` characters, never raising."""
+    try:
+        text = repr(obj)
+    except Exception as exc:  # a broken __repr__ must not hide the real error
+        text = f"<{type(obj).__name__} object; repr failed: {exc}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class ItemFailure:
+    """An exception raised by the user's function on one item, as seen in the worker."""
+
+    index: int
+    exc_type: str
+    message: str
+    item_repr: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class ChunkOutcome:
+    """The results of one chunk, with where and when it ran."""
+
+    results: list[Any]
+    failures: list[ItemFailure]
+    started: float
+    finished: float
+    pid: int
+    host: str
+    thread: int
+
+
+class Job:
+    """Everything a chunk needs besides its items; sent once per worker (a Broadcast).
+
+    The initializer runs once per worker: once per process, or once per thread for the
+    threads backend.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        initializer: Callable[..., Any] | None,
+        initargs: tuple[Any, ...],
+        shared: Any,
+        has_shared: bool,
+        stop_at_first_error: bool,
+    ) -> None:
+        self.fn = fn
+        self.initializer = initializer
+        self.initargs = initargs
+        self.shared = shared
+        self.has_shared = has_shared
+        self.stop_at_first_error = stop_at_first_error
+        self._local = threading.local()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_local"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+
+    def ensure_initialized(self) -> None:
+        if self.initializer is not None and not getattr(self._local, "done", False):
+            self.initializer(*self.initargs)
+            self._local.done = True
+
+
+def _failure(index: int, item: Any, exc: BaseException) -> ItemFailure:
+    return ItemFailure(
+        index=index,
+        exc_type=f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
+        message=str(exc),
+        item_repr=short_repr(item),
+        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    )
+
+
+def run_chunk(job: Job, start: int, items: list[Any]) -> ChunkOutcome:
+    """Apply ``job.fn`` to ``items`` (input positions ``start``, ``start + 1``...).
+
+    An exception is caught per item: the chunk stops there when the run stops at the
+    first error, else it goes on with the next item. The initializer's own exception
+    propagates (the whole chunk fails).
+    """
+    job.ensure_initialized()
+    fn = job.fn
+    shared = job.shared
+    results: list[Any] = []
+    failures: list[ItemFailure] = []
+    append = results.append
+    started = time.time()
+    position = 0
+    while position < len(items):
+        try:
+            # The loop sits inside one try: exceptions cost nothing until one is raised.
+            if not job.has_shared:
+                for item in items[position:] if position else items:
+                    append(fn(item))
+            else:
+                for item in items[position:] if position else items:
+                    append(fn(item, shared))
+            break
+        except (Exception, SystemExit) as exc:
+            offset = len(results)
+            failures.append(_failure(start + offset, items[offset], exc))
+            append(None)
+            if job.stop_at_first_error:
+                break
+            position = offset + 1
+    finished = time.time()
+    return ChunkOutcome(
+        results, failures, started, finished, os.getpid(), _HOST, threading.get_ident()
+    )

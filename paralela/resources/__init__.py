@@ -1,0 +1,36 @@
+"""What this process may use, and the slots made from it (layer 1 of paralela).
+
+:func:`detect` reads the CPUs (affinity and cgroup quota), memory (node and cgroup),
+GPUs (NVML, else nvidia-smi, else none; after ``CUDA_VISIBLE_DEVICES``), the Slurm
+allocation and the filesystems into one :class:`Resources`. :func:`make_slots` splits
+those into :class:`Slot` s, each knowing the environment that pins a task to it.
+
+Importing this package is cheap: psutil, python-hostlist and nvidia-ml-py load only
+when :func:`detect` runs.
+"""
+
+from __future__ import annotations
+
+from paralela.resources._cpus import CpuInfo
+from paralela.resources._detect import Resources, detect
+from paralela.resources._filesystems import FilesystemInfo
+from paralela.resources._gpus import GpuInfo
+from paralela.resources._memory import MemoryInfo
+from paralela.resources._slots import THREAD_VARIABLES, Slot, make_slots
+from paralela.resources._slurm import SlurmAllocation, expand_nodelist
+
+__all__ = [
+    # detection
+    "detect",
+    "Resources",
+    "CpuInfo",
+    "MemoryInfo",
+    "GpuInfo",
+    "SlurmAllocation",
+    "FilesystemInfo",
+    "expand_nodelist",
+    # slots
+    "make_slots",
+    "Slot",
+    "THREAD_VARIABLES",
+]
