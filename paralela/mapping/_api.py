@@ -181,7 +181,8 @@ def map(
     )
     values: list[R] = []
     try:
-        values.extend(iterator)
+        for chunk in iterator.chunks():
+            values.extend(chunk)
     except MapError as exc:
         raise MapError(exc.failures, values) from None
     return Results(values, iterator.summary)

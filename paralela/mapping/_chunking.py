@@ -12,8 +12,11 @@ large buffers are also capped at ``MAX_CHUNK_BYTES`` so that memory stays bounde
 
 The constants were chosen with ``bench/bench_map.py``: 50 ms per chunk keeps the
 per-chunk cost below 1 % for CPU-bound items (workload b) while a progress bar still
-moves several times a second; 16-fold growth reaches full-size chunks of trivial items
-(workload a) after four round trips.
+moves several times a second; 1024-fold growth reaches full-size chunks of trivial items
+(workload a) after two round trips (16-fold took four, and the ramp alone cost more
+than the 0.1 us/item budget) while a first item that happened to be cheap still cannot
+send a thousand-times-too-large chunk; a 1 ms floor lets the last chunks of a short run split
+evenly between workers (5 ms left one worker alone with the last third of workload a).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from paralela.errors import ConfigError
 __all__ = ["AutoChunker", "Chunker", "FixedChunker", "make_chunker"]
 
 TARGET_SECONDS = 0.05
-MIN_SECONDS = 0.005
-GROWTH = 16
+MIN_SECONDS = 0.001
+GROWTH = 1024
 BALANCE = 2
 MAX_CHUNK_BYTES = 32 * 1024 * 1024
 MAX_CHUNK_ITEMS = 1_000_000
@@ -44,6 +47,10 @@ def item_nbytes(item: Any) -> int:
 
 class Chunker:
     """Decides chunk sizes; told about every finished chunk."""
+
+    def max_in_flight(self, window: int, workers: int) -> int:
+        """How many chunks may be in flight now (fewer while the cost is unknown)."""
+        return window
 
     def next_size(self, remaining: int | None, sample: Any) -> int:
         raise NotImplementedError
@@ -73,6 +80,11 @@ class AutoChunker(Chunker):
         # Halve the weight of the past each time: follows drifting costs, damps noise.
         self.per_item = estimate if self.per_item is None else (self.per_item + estimate) / 2
         self.largest_measured = max(self.largest_measured, n_items)
+
+    def max_in_flight(self, window: int, workers: int) -> int:
+        # Until a first chunk is measured, one probe per worker: queuing more one-item
+        # chunks behind them would only delay the first properly sized ones.
+        return workers if self.per_item is None else window
 
     def next_size(self, remaining: int | None, sample: Any) -> int:
         if self.per_item is None:

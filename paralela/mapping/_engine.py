@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -63,7 +63,7 @@ class Plan:
 @dataclass
 class _Chunk:
     start: int
-    items: list[Any]
+    items: Sequence[Any]
     attempts: int = 1
 
     @property
@@ -79,16 +79,21 @@ class MapIterator(Iterator[R], Generic[R]):
 
     def __init__(self, plan: Plan) -> None:
         self.summary = MapSummary()
-        self._gen = run(plan, self.summary)
+        self._chunks = run(plan, self.summary)
+        self._items = itertools.chain.from_iterable(self._chunks)
 
     def __iter__(self) -> MapIterator[R]:
         return self
 
     def __next__(self) -> R:
-        return next(self._gen)  # type: ignore[no-any-return]
+        return next(self._items)  # type: ignore[no-any-return]
+
+    def chunks(self) -> Iterator[list[R]]:
+        """The results a chunk at a time (a list each), for callers that want speed."""
+        return self._chunks
 
     def close(self) -> None:
-        self._gen.close()
+        self._chunks.close()
 
 
 def _worker_name(outcome: ChunkOutcome, isolated: bool) -> str:
@@ -136,12 +141,21 @@ def _submit(plan: Plan, job_ref: Broadcast[Job], chunk: _Chunk) -> Future[ChunkO
         raise
 
 
-def run(plan: Plan, summary: MapSummary) -> Generator[Any, None, None]:
-    """Generate the results of ``plan`` and fill ``summary`` as they come."""
+def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
+    """Generate the results of ``plan``, a list per chunk, and fill ``summary``.
+
+    Yielding whole lists keeps the per-item cost in C (``list.extend``,
+    ``itertools.chain``): a Python-level yield per item cost more than the whole
+    parallel overhead budget on trivial items.
+    """
     backend = plan.backend
     isolated = backend.capabilities.isolated
     job_ref = Broadcast(plan.job)
-    window = backend.effective_workers() * IN_FLIGHT_PER_WORKER
+    workers = backend.effective_workers()
+    window = workers * IN_FLIGHT_PER_WORKER
+    # Lists, tuples and ranges are sliced (a memcpy; a range slice pickles in a few
+    # bytes) instead of being read item by item through an iterator.
+    sliceable = plan.items if isinstance(plan.items, (list, tuple, range)) else None
     source = iter(plan.items)
     peeked: list[Any] = []
     finished = plan.store.finished() if plan.store is not None else {}
@@ -154,7 +168,9 @@ def run(plan: Plan, summary: MapSummary) -> Generator[Any, None, None]:
     exhausted = False
     t0 = time.perf_counter()
 
-    def take(n: int) -> list[Any]:
+    def take(n: int) -> Sequence[Any]:
+        if sliceable is not None:
+            return sliceable[next_index : next_index + n]
         got = peeked[:n]
         del peeked[:n]
         if len(got) < n:
@@ -162,6 +178,8 @@ def run(plan: Plan, summary: MapSummary) -> Generator[Any, None, None]:
         return got
 
     def peek() -> Any:
+        if sliceable is not None:
+            return sliceable[next_index] if next_index < len(sliceable) else None
         if not peeked:
             peeked.extend(itertools.islice(source, 1))
         return peeked[0] if peeked else None
@@ -184,7 +202,11 @@ def run(plan: Plan, summary: MapSummary) -> Generator[Any, None, None]:
 
     def fill() -> None:
         nonlocal next_index, exhausted
-        while not exhausted and len(inflight) < window and len(ready) < window:
+        while (
+            not exhausted
+            and len(inflight) < plan.chunker.max_in_flight(window, workers)
+            and len(ready) < window
+        ):
             if next_index in finished:
                 resume_chunk(next_index)
                 continue
@@ -271,12 +293,12 @@ def run(plan: Plan, summary: MapSummary) -> Generator[Any, None, None]:
                     end, results = ready.pop(next_yield)
                     next_yield = end
                     summary.items += len(results)
-                    yield from results
+                    yield results
             else:
                 for start in list(ready):
                     _, results = ready.pop(start)
                     summary.items += len(results)
-                    yield from results
+                    yield results
             fill()
             if not inflight:
                 if ready or not exhausted:

@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +98,7 @@ def _failure(index: int, item: Any, exc: BaseException) -> ItemFailure:
     )
 
 
-def run_chunk(job: Job, start: int, items: list[Any]) -> ChunkOutcome:
+def run_chunk(job: Job, start: int, items: Sequence[Any]) -> ChunkOutcome:
     """Apply ``job.fn`` to ``items`` (input positions ``start``, ``start + 1``...).
 
     An exception is caught per item: the chunk stops there when the run stops at the

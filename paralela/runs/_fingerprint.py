@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import types
+from collections.abc import Sequence
 from typing import Any
 
 from paralela.backends._wire import dumps
@@ -21,9 +22,9 @@ def digest_bytes(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def digest_items(items: list[Any]) -> str:
-    """Digest of a chunk's input items."""
-    return digest_bytes(dumps(items))
+def digest_items(items: Sequence[Any]) -> str:
+    """Digest of a chunk's input items (the same for a list, tuple or range of them)."""
+    return digest_bytes(dumps(items if isinstance(items, list) else list(items)))
 
 
 def fingerprint_object(obj: Any) -> str:
