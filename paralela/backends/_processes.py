@@ -33,8 +33,6 @@ from concurrent.futures import Future
 from multiprocessing.connection import Connection, wait
 from typing import Any, ClassVar, TypeVar
 
-import cloudpickle
-
 from paralela.backends._base import Backend, Broadcast, Capabilities
 from paralela.backends._wire import (
     Arena,
@@ -418,6 +416,8 @@ def worker_exit(exitcode: int | None) -> str:
 
 
 def _payload_of(ref: Broadcast[Any]) -> bytes:
+    import cloudpickle  # imported on use: ``import paralela`` stays cheap
+
     try:
         return ref.payload(lambda v: cloudpickle.dumps(v, protocol=5))
     except Exception as exc:

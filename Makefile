@@ -1,0 +1,40 @@
+# Two commands do all the set-up on a fresh machine (Python >= 3.10 with venv):
+#   make demo   install paralela in .venv and run `paralela demo`
+#   make test   install it with the dev tools and run lint, types and the tests
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# compat: a path entry instead of an import hook, which would add ~10 ms to every worker start
+EDITABLE := --config-settings editable_mode=compat
+
+.PHONY: demo test lint install install-dev bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e . $(EDITABLE)
+
+install-dev: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]' $(EDITABLE)
+
+demo: install
+	$(BIN)/paralela demo
+
+lint: install-dev
+	$(BIN)/ruff check paralela tests examples bench
+	$(BIN)/ruff format --check paralela tests examples bench
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest
+
+bench:
+	$(PYTHON) -m venv .venv-bench
+	.venv-bench/bin/python -m pip install --quiet -r bench/requirements.txt
+	.venv-bench/bin/python -m pip install --quiet -e . --no-deps $(EDITABLE)
+	.venv-bench/bin/python bench/bench_map.py
+
+clean:
+	rm -rf $(VENV) .venv-bench build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,79 @@
+"""Exit codes and error printing shared by the CLI commands.
+
+Every command exits with a code a shell script can act on, and prints what went wrong
+as one line on stderr (plus the tail of a remote traceback where that helps); a user
+error never ends in a Python traceback dump.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+
+from paralela.errors import (
+    ConfigError,
+    FingerprintMismatchError,
+    MapError,
+    RunStoreError,
+    TaskError,
+    WorkerDiedError,
+)
+
+__all__ = [
+    "EXIT_CODES_HELP",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_RUN_DIR",
+    "EXIT_USAGE",
+    "EXIT_WORKER_DIED",
+    "exit_code_for",
+    "fail",
+    "tail",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the user's function raised (or some items failed, with collect)
+EXIT_USAGE = 2  # bad arguments or input: fix the command line (same code as Click's)
+EXIT_WORKER_DIED = 3  # a worker died (killed, crashed, out of memory) too often
+EXIT_RUN_DIR = 4  # the run directory belongs to another computation
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 the function raised, or some items failed with "
+    "--on-error collect; 2 bad usage or input; 3 a worker died more often than "
+    "--retries allows; 4 the run directory belongs to another computation; "
+    "130 interrupted."
+)
+
+TRACEBACK_TAIL_LINES = 12
+
+
+def tail(text: str, lines: int = TRACEBACK_TAIL_LINES) -> str:
+    """The last ``lines`` lines of ``text`` (a remote traceback), marked when cut."""
+    kept = text.rstrip().splitlines()
+    if len(kept) <= lines:
+        return "\n".join(kept)
+    return "\n".join(["  ...", *kept[-lines:]])
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code for one of paralela's errors (1 for anything unexpected)."""
+    if isinstance(exc, FingerprintMismatchError):
+        return EXIT_RUN_DIR
+    if isinstance(exc, WorkerDiedError):
+        return EXIT_WORKER_DIED
+    if isinstance(exc, (ConfigError, RunStoreError)):
+        return EXIT_USAGE
+    if isinstance(exc, (TaskError, MapError)):
+        return EXIT_FAILED
+    return EXIT_FAILED
+
+
+def fail(message: str, code: int, detail: str | None = None) -> NoReturn:
+    """Print ``Error: message`` (and an indented ``detail``) to stderr, exit with ``code``."""
+    typer.echo(f"Error: {message}", err=True)
+    if detail:
+        typer.echo(detail, err=True)
+    raise typer.Exit(code)
