@@ -4,35 +4,91 @@ GPUs of one machine to a Slurm cluster, with one API.
 Importing it is cheap: optional dependencies (rich, torch, Spark...) load when used.
 """
 
-from paralela._config import UNSET, config
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from paralela._version import __version__
-from paralela.backends import Backend, Broadcast, Capabilities, available_backends, get_backend
-from paralela.errors import (
-    ConfigError,
-    FingerprintMismatchError,
-    MapError,
-    MissingExtraError,
-    ParalelaError,
-    RunStoreError,
-    TaskError,
-    UnpicklableError,
-    WorkerDiedError,
-)
-from paralela.mapping import ChunkTiming, MapIterator, MapSummary, Results, WorkerStats, imap, map
-from paralela.resources import (
-    THREAD_VARIABLES,
-    CpuInfo,
-    FilesystemInfo,
-    GpuInfo,
-    MemoryInfo,
-    Resources,
-    Slot,
-    SlurmAllocation,
-    detect,
-    expand_nodelist,
-    make_slots,
-)
-from paralela.runs import RunStore
+
+if TYPE_CHECKING:
+    from paralela._config import UNSET, config
+    from paralela.backends import Backend, Broadcast, Capabilities, available_backends, get_backend
+    from paralela.errors import (
+        ConfigError,
+        FingerprintMismatchError,
+        MapError,
+        MissingExtraError,
+        ParalelaError,
+        RunStoreError,
+        TaskError,
+        UnpicklableError,
+        WorkerDiedError,
+    )
+    from paralela.mapping import (
+        ChunkTiming,
+        MapIterator,
+        MapSummary,
+        Results,
+        WorkerStats,
+        imap,
+        map,
+    )
+    from paralela.resources import (
+        THREAD_VARIABLES,
+        CpuInfo,
+        FilesystemInfo,
+        GpuInfo,
+        MemoryInfo,
+        Resources,
+        Slot,
+        SlurmAllocation,
+        detect,
+        expand_nodelist,
+        make_slots,
+    )
+    from paralela.runs import RunStore
+
+
+# Every public name, and the module it lives in: loaded on first use, so that
+# `import paralela` (and every worker start) stays cheap.
+_LAZY: dict[str, str] = {
+    "UNSET": "paralela._config",
+    "config": "paralela._config",
+    "Backend": "paralela.backends",
+    "Broadcast": "paralela.backends",
+    "Capabilities": "paralela.backends",
+    "available_backends": "paralela.backends",
+    "get_backend": "paralela.backends",
+    "ConfigError": "paralela.errors",
+    "FingerprintMismatchError": "paralela.errors",
+    "MapError": "paralela.errors",
+    "MissingExtraError": "paralela.errors",
+    "ParalelaError": "paralela.errors",
+    "RunStoreError": "paralela.errors",
+    "TaskError": "paralela.errors",
+    "UnpicklableError": "paralela.errors",
+    "WorkerDiedError": "paralela.errors",
+    "ChunkTiming": "paralela.mapping",
+    "MapIterator": "paralela.mapping",
+    "MapSummary": "paralela.mapping",
+    "Results": "paralela.mapping",
+    "WorkerStats": "paralela.mapping",
+    "imap": "paralela.mapping",
+    "map": "paralela.mapping",
+    "THREAD_VARIABLES": "paralela.resources",
+    "CpuInfo": "paralela.resources",
+    "FilesystemInfo": "paralela.resources",
+    "GpuInfo": "paralela.resources",
+    "MemoryInfo": "paralela.resources",
+    "Resources": "paralela.resources",
+    "Slot": "paralela.resources",
+    "SlurmAllocation": "paralela.resources",
+    "detect": "paralela.resources",
+    "expand_nodelist": "paralela.resources",
+    "make_slots": "paralela.resources",
+    "RunStore": "paralela.runs",
+}
 
 __all__ = [
     "__version__",
@@ -78,3 +134,16 @@ __all__ = [
     "FingerprintMismatchError",
     "MissingExtraError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'paralela' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
