@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from multiprocessing.connection import Connection, wait
 from typing import Any, ClassVar, TypeVar
@@ -43,6 +43,7 @@ from paralela.backends._wire import (
 )
 from paralela.backends._worker import BroadcastRef
 from paralela.errors import ConfigError, ParalelaError, UnpicklableError, WorkerDiedError
+from paralela.resources._slots import THREAD_VARIABLES, Slot
 
 __all__ = ["ProcessBackend", "RemoteTraceback", "thread_limits_env"]
 
@@ -55,13 +56,8 @@ PREFETCH = 2
 # (bad environment, import error at start-up): stop instead of respawning forever.
 MAX_STARTUP_DEATHS = 3
 _WORKER_CODE = "from paralela.backends._worker import main; main()"
-_THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-)
+# Set by the driver when workers are pinned to their slot's CPUs (read by the worker).
+AFFINITY_VARIABLE = "PARALELA_CPU_AFFINITY"
 
 
 class RemoteTraceback(Exception):
@@ -83,7 +79,7 @@ def thread_limits_env(workers: int) -> dict[str, str]:
     except AttributeError:  # not Linux
         cpus = os.cpu_count() or 1
     per_worker = str(max(1, cpus // max(1, workers)))
-    return {var: os.environ.get(var, per_worker) for var in _THREAD_VARS}
+    return {var: os.environ.get(var, per_worker) for var in THREAD_VARIABLES}
 
 
 class _Task:
@@ -106,11 +102,21 @@ class _Task:
 
 
 class _Worker:
-    __slots__ = ("arenas", "conn", "free_slots", "inflight", "known_refs", "process", "sentinel")
+    __slots__ = (
+        "arenas",
+        "conn",
+        "free_slots",
+        "inflight",
+        "known_refs",
+        "place",
+        "process",
+        "sentinel",
+    )
 
     def __init__(
-        self, process: subprocess.Popen[bytes], conn: Connection, arenas: list[Arena]
+        self, process: subprocess.Popen[bytes], conn: Connection, arenas: list[Arena], place: int
     ) -> None:
+        self.place = place  # which of the backend's places (and slot) this worker fills
         self.process = process
         self.conn = conn
         # A pidfd becomes readable when the process exits; without one (not Linux), the
@@ -136,8 +142,14 @@ class ProcessBackend(Backend):
     """A pool of worker processes, started once and reused across calls.
 
     Args:
-        workers: number of worker processes (default: the CPUs this process may use).
+        workers: number of worker processes (default: one per slot when ``slots`` is
+            given, else the CPUs this process may use).
         env: extra environment variables for the workers (applied before any task).
+        slots: pin worker ``i`` to ``slots[i % len(slots)]``: its ``CUDA_VISIBLE_DEVICES``
+            and thread limits (see :func:`paralela.make_slots`) are in the worker's
+            environment before it imports anything. A replacement worker takes the
+            dead one's slot.
+        pin_cpus: with ``slots``, also restrict each worker to its slot's CPUs.
 
     A worker's exception comes back as the original exception (when it can be pickled)
     with the remote traceback as its ``__cause__``. When a worker dies, the future of
@@ -160,12 +172,26 @@ class ProcessBackend(Backend):
         workers: int | None = None,
         *,
         env: dict[str, str] | None = None,
+        slots: Sequence[Slot] | None = None,
+        pin_cpus: bool = False,
     ) -> None:
-        n = workers if workers is not None else _usable_cpus()
+        if slots is not None and not slots:
+            raise ConfigError("slots is empty; pass None or at least one Slot.")
+        n = workers if workers is not None else len(slots) if slots else _usable_cpus()
         if not isinstance(n, int) or n < 1:
             raise ConfigError(f"workers must be a positive integer, got {n!r}.")
         self._n = n
-        self._env = {**os.environ, **thread_limits_env(n), **(env or {})}
+        base = {**os.environ, **thread_limits_env(n), **(env or {})}
+        self._envs = [base]
+        if slots:
+            self._envs = [
+                {
+                    **base,
+                    **slot.env(),
+                    **({AFFINITY_VARIABLE: ",".join(map(str, slot.cpus))} if pin_cpus else {}),
+                }
+                for slot in slots
+            ]
         self._cwd = os.getcwd()
         self._zero_copy = zero_copy_available()
         self._ids = itertools.count()
@@ -270,17 +296,21 @@ class ProcessBackend(Backend):
         return any(w.inflight for w in self._workers)
 
     def _spawn_missing(self) -> None:
-        while len(self._workers) < self._n and not self._closing:
-            self._workers.append(self._spawn())
+        taken = {w.place for w in self._workers}
+        for place in range(self._n):
+            if self._closing:
+                return
+            if place not in taken:
+                self._workers.append(self._spawn(place))
 
-    def _spawn(self) -> _Worker:
+    def _spawn(self, place: int) -> _Worker:
         ours, theirs = socket.socketpair()
         arenas = [Arena() for _ in range(PREFETCH)] if self._zero_copy else []
         fds = [theirs.fileno(), *(a.fd for a in arenas)]
         try:
             process = subprocess.Popen(
                 [sys.executable, "-c", _WORKER_CODE, *map(str, fds)],
-                env=self._env,
+                env=self._envs[place % len(self._envs)],
                 cwd=self._cwd,
                 pass_fds=fds,
                 stdin=subprocess.DEVNULL,
@@ -289,7 +319,7 @@ class ProcessBackend(Backend):
             theirs.close()
         conn = Connection(ours.detach())
         conn.send_bytes(dumps(("init", list(sys.path))))
-        return _Worker(process, conn, arenas)
+        return _Worker(process, conn, arenas, place)
 
     def _dispatch(self) -> None:
         for ref_id in self._forget:

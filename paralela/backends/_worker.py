@@ -80,6 +80,9 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
     """Serve tasks until the driver closes the connection."""
     # Ctrl-C reaches the whole process group; the driver decides what stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    cpus = os.environ.get("PARALELA_CPU_AFFINITY")
+    if cpus:
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     inbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
     threading.Thread(
         target=_read_forever, args=(conn, inbox), name="paralela-reader", daemon=True
