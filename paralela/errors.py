@@ -98,11 +98,15 @@ class MapError(ParalelaError):
     Attributes:
         failures: one :class:`TaskError` per failed item, in input order.
         results: the full result list, with ``None`` where an item failed.
+        summary: the run's :class:`~paralela.MapSummary` (``None`` if not known).
     """
 
-    def __init__(self, failures: Sequence[TaskError], results: list[Any]) -> None:
+    def __init__(
+        self, failures: Sequence[TaskError], results: list[Any], summary: Any = None
+    ) -> None:
         self.failures = list(failures)
         self.results = results
+        self.summary = summary
         first = self.failures[0] if self.failures else None
         head = f"{len(self.failures)} of {len(results)} items failed"
         detail = f"; the first one:\n{first}" if first is not None else ""

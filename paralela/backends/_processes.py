@@ -259,9 +259,12 @@ class ProcessBackend(Backend):
     # -- manager thread ---------------------------------------------------------------
 
     def _wake(self) -> None:
-        # A full pipe means the manager wakes anyway.
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_w, b"x")
+        with self._lock:
+            if self._wake_w < 0:  # the manager has stopped and closed the pipe
+                return
+            # A full pipe means the manager wakes anyway.
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake_w, b"x")
 
     def _run(self) -> None:
         try:
@@ -287,6 +290,8 @@ class ProcessBackend(Backend):
                         else:
                             self._on_death(worker)
         except BaseException as exc:  # never leave futures hanging
+            with self._lock:
+                self._broken = exc  # later submits fail at once instead of waiting forever
             self._fail_everything(exc)
             raise
         finally:
@@ -318,7 +323,9 @@ class ProcessBackend(Backend):
         finally:
             theirs.close()
         conn = Connection(ours.detach())
-        conn.send_bytes(dumps(("init", list(sys.path))))
+        # A worker that died at once (broken environment) is reported by its sentinel.
+        with contextlib.suppress(OSError):
+            conn.send_bytes(dumps(("init", list(sys.path))))
         return _Worker(process, conn, arenas, place)
 
     def _dispatch(self) -> None:
@@ -435,7 +442,9 @@ class ProcessBackend(Backend):
                 w.process.kill()
                 w.process.wait()
             w.close()
-        for fd in (self._wake_r, self._wake_w):
+        with self._lock:  # a later shutdown() or forget() must not write to a reused fd
+            fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
+        for fd in fds:
             os.close(fd)
 
 

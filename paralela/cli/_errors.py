@@ -14,9 +14,7 @@ import typer
 from paralela.errors import (
     ConfigError,
     FingerprintMismatchError,
-    MapError,
     RunStoreError,
-    TaskError,
     WorkerDiedError,
 )
 
@@ -66,9 +64,7 @@ def exit_code_for(exc: BaseException) -> int:
         return EXIT_WORKER_DIED
     if isinstance(exc, (ConfigError, RunStoreError)):
         return EXIT_USAGE
-    if isinstance(exc, (TaskError, MapError)):
-        return EXIT_FAILED
-    return EXIT_FAILED
+    return EXIT_FAILED  # TaskError, MapError, and anything unexpected
 
 
 def fail(message: str, code: int, detail: str | None = None) -> NoReturn:

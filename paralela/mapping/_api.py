@@ -184,5 +184,5 @@ def map(
         for chunk in iterator.chunks():
             values.extend(chunk)
     except MapError as exc:
-        raise MapError(exc.failures, values) from None
+        raise MapError(exc.failures, values, iterator.summary) from None
     return Results(values, iterator.summary)

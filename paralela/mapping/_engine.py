@@ -310,7 +310,7 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
             fill()
         if failures:
             failures.sort(key=lambda e: e.index if e.index is not None else -1)
-            raise MapError(failures, [])
+            raise MapError(failures, [], summary)
     finally:
         for future in inflight:
             future.cancel()

@@ -43,12 +43,54 @@ def _code_digest(code: types.CodeType, h: Any) -> None:
             h.update(repr(const).encode())
 
 
+def _fingerprint_value(value: Any) -> str:
+    """Functions by their code (also inside containers), anything else by its pickle."""
+    if callable(value) and not isinstance(value, type):
+        return fingerprint_function(value)
+    if isinstance(value, (list, tuple)):
+        return digest_bytes("|".join(_fingerprint_value(v) for v in value).encode())
+    if isinstance(value, dict):
+        return digest_bytes(
+            "|".join(f"{k!r}={_fingerprint_value(v)}" for k, v in sorted(value.items())).encode()
+        )
+    return fingerprint_object(value)
+
+
+def _closure_digest(fn: types.FunctionType) -> str:
+    """The values a nested function captured (a lambda's ``factor``): another value is
+    another computation. Captured functions count by their code, not their closures, so
+    a function that refers to itself does not recurse."""
+    parts = []
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # not assigned yet
+            parts.append("<empty>")
+            continue
+        if isinstance(value, types.FunctionType):
+            sub = hashlib.blake2b(digest_size=16)
+            sub.update(f"{value.__module__}.{value.__qualname__}".encode())
+            _code_digest(value.__code__, sub)
+            parts.append(sub.hexdigest())
+            continue
+        try:
+            parts.append(_fingerprint_value(value))
+        except Exception:  # cannot be pickled (a lock, a connection): its type counts
+            parts.append(f"{type(value).__module__}.{type(value).__qualname__}")
+    return digest_bytes("|".join(parts).encode())
+
+
 def fingerprint_function(fn: Any) -> str:
-    """Digest of a callable: its name and, for Python functions, its code and defaults."""
+    """Digest of a callable: its name and, for Python functions, its code and defaults.
+
+    Functions held by a ``functools.partial`` or by a callable object's attributes are
+    fingerprinted by their code too, so editing them is noticed.
+    """
     h = hashlib.blake2b(digest_size=16)
     if isinstance(fn, functools.partial):
         h.update(fingerprint_function(fn.func).encode())
-        h.update(fingerprint_object((fn.args, fn.keywords)).encode())
+        h.update(_fingerprint_value(fn.args).encode())
+        h.update(_fingerprint_value(fn.keywords).encode())
         return h.hexdigest()
     target = getattr(fn, "__func__", fn)  # bound methods: the function
     h.update(f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}".encode())
@@ -56,6 +98,14 @@ def fingerprint_function(fn: Any) -> str:
     if isinstance(code, types.CodeType):
         _code_digest(code, h)
         h.update(repr(getattr(target, "__defaults__", None)).encode())
-    elif not hasattr(target, "__qualname__"):  # a callable object: its state
-        h.update(fingerprint_object(target).encode())
+        if isinstance(target, types.FunctionType) and target.__closure__:
+            h.update(_closure_digest(target).encode())
+    elif not hasattr(target, "__qualname__"):  # a callable object: its class and state
+        cls = type(target)
+        h.update(f"{cls.__module__}.{cls.__qualname__}".encode())
+        call_code = getattr(cls.__dict__.get("__call__"), "__code__", None)
+        if isinstance(call_code, types.CodeType):
+            _code_digest(call_code, h)
+        state = getattr(target, "__dict__", None)
+        h.update((_fingerprint_value(state) if state else fingerprint_object(target)).encode())
     return h.hexdigest()

@@ -1,0 +1,6 @@
+"""Demos behind ``paralela demo``: each one a function that runs a small, real workload
+and returns what it measured; the command line only prints it."""
+
+from paralela.demos._map_demo import DEFAULT_ITEMS, MapDemoResult, extract_features, run_map_demo
+
+__all__ = ["DEFAULT_ITEMS", "MapDemoResult", "extract_features", "run_map_demo"]

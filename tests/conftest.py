@@ -1,0 +1,52 @@
+"""Shared fixtures: a clean configuration, fresh process pools, and polling with a deadline.
+
+Tests never sleep to wait for something: they poll a condition until a deadline
+(:func:`wait_until`) and fail with a message when it does not come true.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from paralela.backends._processes import ProcessBackend
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
+    """Poll ``condition`` every few milliseconds until it is true; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
+        time.sleep(0.005)
+
+
+@pytest.fixture(autouse=True)
+def _no_paralela_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings from the developer's shell must not change what a test sees."""
+    for name in list(os.environ):
+        if name.startswith("PARALELA_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def poll() -> Callable[..., None]:
+    """:func:`wait_until`, for tests: ``poll(lambda: path.exists(), timeout=5)``."""
+    return wait_until
+
+
+@pytest.fixture
+def process_backend() -> Iterator[ProcessBackend]:
+    """A private pool of two worker processes, stopped after the test.
+
+    Tests that kill workers use their own pool, so that what they break never reaches
+    the shared pool other tests use.
+    """
+    backend = ProcessBackend(2)
+    try:
+        yield backend
+    finally:
+        backend.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,72 @@
+"""`paralela demo`: the command end to end, and the library function behind it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from paralela.cli import app
+from paralela.demos import MapDemoResult, extract_features, run_map_demo
+from paralela.demos._map_demo import FEATURES
+from paralela.errors import ConfigError
+
+
+def test_demo_prints_the_table_the_speedup_and_the_equality_check() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "paralela", "demo", "--items", "40", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for header in ("items", "serial s", "parallel s", "speed-up", "workers", "busy"):
+        assert header in out
+    assert re.search(r"Speed-up: \d+\.\d\dx on 2 workers \(ideal 2x", out), out
+    assert "Results equal: yes (40 x 36 features, serial == parallel)." in out
+    assert re.search(r"Summary: 40 items \(40 computed, 0 resumed\)", out), out
+
+
+def test_run_map_demo_measures_both_runs() -> None:
+    result = run_map_demo(items=12, workers=2)
+    assert isinstance(result, MapDemoResult)
+    assert result.items == 12
+    assert result.features == FEATURES == 36
+    assert result.workers == 2
+    assert result.results_equal
+    assert result.serial_seconds > 0
+    assert result.parallel_seconds > 0
+    assert result.speedup == pytest.approx(result.serial_seconds / result.parallel_seconds)
+    assert result.ideal_speedup == 2.0
+    assert result.summary.items == result.summary.computed_items == 12
+    assert 0.0 <= result.busy_fraction <= 1.0
+
+
+def test_features_are_deterministic_and_differ_between_recordings() -> None:
+    a = extract_features(1)
+    assert len(a) == FEATURES
+    assert a == extract_features(1)
+    assert a != extract_features(2)
+    _mean, std, peak_to_peak, crossings, *bands = a
+    assert std > 0
+    assert peak_to_peak > 0
+    assert 0 < crossings < 1
+    # Three tones over noise: the strongest bands stand far above the typical one.
+    ordered = sorted(bands)
+    assert all(power >= 0 for power in bands)
+    assert ordered[-1] > 10 * ordered[len(ordered) // 2]
+
+
+def test_bad_item_count_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="items must be a positive integer, got 0"):
+        run_map_demo(items=0)
+
+
+def test_demo_rejects_zero_items_as_usage_error() -> None:
+    result = CliRunner().invoke(app, ["demo", "--items", "0"])
+    assert result.exit_code == 2
+    assert "--items" in result.output

@@ -1,0 +1,483 @@
+"""`paralela map`: the real command in a subprocess (cwd = a tmp dir holding the user's
+module), and Typer's CliRunner in-process for the cases that start no workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from paralela.cli import app
+
+TASKS = """
+import os
+import signal
+
+def square(x):
+    return x * x
+
+def square_logged(x):
+    # One line per call: tells a resumed run (no calls) from a recomputed one.
+    with open("calls.log", "a") as log:
+        log.write(f"{x}\\n")
+    return x * x
+
+def cube(x):
+    return x ** 3
+
+def skewed(x):
+    # Item 0 costs far more than the others (a busy loop, not a sleep).
+    total = 0
+    for i in range(300_000 if x == 0 else 100):
+        total += i % 7
+    return {"x": x, "total": total}
+
+def fails_on_3(x):
+    if x == 3:
+        raise ValueError(f"cannot handle {x}")
+    return x * 10
+
+def dies_on_3(x):
+    if x == 3:
+        os._exit(7)
+    return x
+
+def interrupts_on_3(x):
+    # Ctrl-C, as the driver would get it from the terminal, while item 3 runs.
+    if x == 3:
+        os.kill(os.getppid(), signal.SIGINT)
+    return x
+
+def returns_a_set(x):
+    return {x}
+
+def count_lines(path):
+    with open(path) as f:
+        return {"lines": sum(1 for _ in f)}
+
+NOT_A_FUNCTION = 42
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "tasks.py").write_text(TASKS)
+    (tmp_path / "items.jsonl").write_text("".join(f"{i}\n" for i in range(6)))
+    return tmp_path
+
+
+def paralela(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m paralela ARGS` in ``cwd``, as a user would from a shell."""
+    return subprocess.run(
+        [sys.executable, "-m", "paralela", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def leftovers(directory: Path) -> list[str]:
+    return [p.name for p in directory.iterdir() if ".tmp-" in p.name]
+
+
+# -- results --------------------------------------------------------------------------
+
+
+def test_results_file_is_exact_and_in_input_order(workdir: Path) -> None:
+    items = [3, "ab", [1, 2], {"k": 1.5}, 0, -2]
+    (workdir / "mixed.jsonl").write_text("\n".join(json.dumps(i) for i in items) + "\n\n")
+    (workdir / "lengths.py").write_text(
+        "def kind(x):\n    return {'type': type(x).__name__, 'repr': repr(x)}\n"
+    )
+    proc = paralela(
+        workdir,
+        "map",
+        "lengths:kind",
+        "--input",
+        "mixed.jsonl",
+        "--output",
+        "out.jsonl",
+        "--workers",
+        "2",
+        "--chunksize",
+        "1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert records(workdir / "out.jsonl") == [
+        {"index": i, "item": item, "result": {"type": type(item).__name__, "repr": repr(item)}}
+        for i, item in enumerate(items)
+    ]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert re.match(r"paralela map: 6 items \(6 computed, 0 resumed\) in [\d.]+ s", line), line
+    assert "items/s" in line
+    assert re.search(r"\d+ workers \d+% busy", line), line
+    assert leftovers(workdir) == []
+
+
+def test_unordered_keeps_the_output_in_input_order(workdir: Path) -> None:
+    (workdir / "many.jsonl").write_text("".join(f"{i}\n" for i in range(40)))
+    proc = paralela(
+        workdir,
+        "map",
+        "tasks:skewed",
+        "-i",
+        "many.jsonl",
+        "-o",
+        "out.jsonl",
+        "--unordered",
+        "--chunksize",
+        "1",
+        "--workers",
+        "2",
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = records(workdir / "out.jsonl")
+    assert [r["index"] for r in got] == list(range(40))
+    assert [r["item"] for r in got] == list(range(40))
+    assert got[0]["result"] == {"x": 0, "total": sum(i % 7 for i in range(300_000))}
+    assert got[5]["result"] == {"x": 5, "total": sum(i % 7 for i in range(100))}
+
+
+def test_glob_mode_passes_sorted_file_paths(workdir: Path) -> None:
+    data = workdir / "data"
+    data.mkdir()
+    for name, n in [("b.csv", 2), ("a.csv", 1), ("c.csv", 3)]:
+        (data / name).write_text("row\n" * n)
+    (data / "notes.txt").write_text("not matched\n")
+    (data / "d.csv").mkdir()  # a directory matching the pattern is not an item
+    proc = paralela(workdir, "map", "tasks:count_lines", "--glob", "data/*.csv", "-o", "out.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    assert records(workdir / "out.jsonl") == [
+        {"index": 0, "item": "data/a.csv", "result": {"lines": 1}},
+        {"index": 1, "item": "data/b.csv", "result": {"lines": 2}},
+        {"index": 2, "item": "data/c.csv", "result": {"lines": 3}},
+    ]
+
+
+def test_output_dash_writes_results_to_stdout_and_the_summary_to_stderr(workdir: Path) -> None:
+    proc = paralela(workdir, "map", "tasks:square", "-i", "items.jsonl", "-o", "-")
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line) for line in proc.stdout.splitlines()] == [
+        {"index": i, "item": i, "result": i * i} for i in range(6)
+    ]
+    assert "paralela map: 6 items" in proc.stderr
+    assert not (workdir / "-").exists()
+
+
+def test_output_into_a_named_pipe_is_written_directly(workdir: Path) -> None:
+    fifo = workdir / "results.pipe"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    proc = paralela(workdir, "map", "tasks:square", "-i", "items.jsonl", "-o", str(fifo))
+    if reader.is_alive():  # the command never opened the pipe: unblock the reader
+        with open(fifo, "w"):
+            pass
+    reader.join(timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    assert fifo.is_fifo()  # not replaced by a regular file
+    assert [json.loads(line)["result"] for line in received[0].splitlines()] == [
+        i * i for i in range(6)
+    ]
+
+
+def test_output_through_a_symlink_replaces_its_target(workdir: Path) -> None:
+    (workdir / "store").mkdir()
+    link = workdir / "latest.jsonl"
+    link.symlink_to(workdir / "store" / "results.jsonl")
+    proc = paralela(workdir, "map", "tasks:square", "-i", "items.jsonl", "-o", "latest.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink()
+    assert len(records(workdir / "store" / "results.jsonl")) == 6
+    assert leftovers(workdir / "store") == []
+
+
+def test_input_dash_reads_stdin_and_a_file_path_names_the_module(workdir: Path) -> None:
+    lib = workdir / "lib"
+    lib.mkdir()
+    (lib / "textfeat.py").write_text("def words(s):\n    return len(s.split())\n")
+    proc = paralela(
+        workdir,
+        "map",
+        "lib/textfeat.py:words",
+        "-i",
+        "-",
+        "-o",
+        "-",
+        stdin='"a b c"\n"hello"\n',
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line)["result"] for line in proc.stdout.splitlines()] == [3, 1]
+
+
+def test_run_dir_resumes_without_computing_again(workdir: Path) -> None:
+    args = ["map", "tasks:square_logged", "-i", "items.jsonl", "-o", "out.jsonl"]
+    first = paralela(workdir, *args, "--run-dir", "run")
+    assert first.returncode == 0, first.stderr
+    assert "(6 computed, 0 resumed)" in first.stderr
+    assert sorted((workdir / "calls.log").read_text().split()) == [str(i) for i in range(6)]
+    (workdir / "out.jsonl").unlink()
+
+    second = paralela(workdir, *args, "--run-dir", "run")
+    assert second.returncode == 0, second.stderr
+    assert "(0 computed, 6 resumed)" in second.stderr
+    assert len((workdir / "calls.log").read_text().split()) == 6  # no new calls
+    assert records(workdir / "out.jsonl") == [
+        {"index": i, "item": i, "result": i * i} for i in range(6)
+    ]
+
+
+# -- exit codes -----------------------------------------------------------------------
+
+
+def test_exit_1_when_the_function_raises_and_no_output_is_written(workdir: Path) -> None:
+    (workdir / "out.jsonl").write_text("previous results\n")
+    proc = paralela(workdir, "map", "tasks:fails_on_3", "-i", "items.jsonl", "-o", "out.jsonl")
+    assert proc.returncode == 1
+    assert "Error: ValueError in item 3 (3): cannot handle 3" in proc.stderr
+    assert "Remote traceback" in proc.stderr
+    assert 'raise ValueError(f"cannot handle {x}")' in proc.stderr  # the user's frame
+    assert 'Traceback (most recent call last):\n  File "<frozen runpy>"' not in proc.stderr
+    assert (workdir / "out.jsonl").read_text() == "previous results\n"  # untouched
+    assert leftovers(workdir) == []
+
+
+def test_exit_1_with_collect_writes_error_lines(workdir: Path) -> None:
+    proc = paralela(
+        workdir,
+        "map",
+        "tasks:fails_on_3",
+        "-i",
+        "items.jsonl",
+        "-o",
+        "out.jsonl",
+        "--on-error",
+        "collect",
+    )
+    assert proc.returncode == 1
+    assert "1 of 6 items failed" in proc.stderr
+    assert "ValueError in item 3 (3)" in proc.stderr
+    assert "1 failed" in proc.stderr  # in the summary line
+    got = records(workdir / "out.jsonl")
+    assert got[3] == {"index": 3, "item": 3, "error": "ValueError: cannot handle 3"}
+    assert [r.get("result") for r in got] == [0, 10, 20, None, 40, 50]
+
+
+def test_exit_1_when_a_result_is_not_json(workdir: Path) -> None:
+    proc = paralela(workdir, "map", "tasks:returns_a_set", "-i", "items.jsonl", "-o", "out.jsonl")
+    assert proc.returncode == 1
+    assert "The result of item 0 (0) cannot be written as JSON" in proc.stderr
+    assert "set is not JSON serializable" in proc.stderr
+    assert not (workdir / "out.jsonl").exists()
+    assert leftovers(workdir) == []
+
+
+def test_exit_3_when_a_worker_dies_more_often_than_retries_allow(workdir: Path) -> None:
+    proc = paralela(
+        workdir,
+        "map",
+        "tasks:dies_on_3",
+        "-i",
+        "items.jsonl",
+        "-o",
+        "out.jsonl",
+        "--retries",
+        "0",
+        "--chunksize",
+        "1",
+        "--workers",
+        "2",
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "died while running item 3: exit code 7; tried 1 time(s)" in proc.stderr
+    assert "--retries" in proc.stderr
+    assert not (workdir / "out.jsonl").exists()
+
+
+def test_exit_4_when_the_run_dir_belongs_to_another_function(workdir: Path) -> None:
+    first = paralela(
+        workdir, "map", "tasks:square", "-i", "items.jsonl", "-o", "a.jsonl", "--run-dir", "run"
+    )
+    assert first.returncode == 0, first.stderr
+    proc = paralela(
+        workdir, "map", "tasks:cube", "-i", "items.jsonl", "-o", "b.jsonl", "--run-dir", "run"
+    )
+    assert proc.returncode == 4
+    assert "holds results of another computation" in proc.stderr
+    assert "made for square" in proc.stderr
+    assert "--run-dir" in proc.stderr
+    assert not (workdir / "b.jsonl").exists()
+
+
+def test_exit_130_on_ctrl_c_keeps_finished_chunks(workdir: Path) -> None:
+    proc = paralela(
+        workdir, "map", "tasks:interrupts_on_3", "-i", "items.jsonl", "-o", "out.jsonl",
+        "--chunksize", "1", "--workers", "2", "--run-dir", "run",
+    )  # fmt: skip
+    assert proc.returncode == 130, proc.stderr
+    assert "Interrupted. Finished chunks are kept in run; run again to resume." in proc.stderr
+    assert not (workdir / "out.jsonl").exists()
+    assert (workdir / "run" / "manifest.json").exists()
+
+
+def test_exit_2_for_a_module_that_does_not_exist(workdir: Path) -> None:
+    proc = paralela(workdir, "map", "no_such_module:f", "-i", "items.jsonl", "-o", "out.jsonl")
+    assert proc.returncode == 2
+    assert f"No module named 'no_such_module' in the current directory ({workdir.resolve()})" in (
+        proc.stderr
+    )
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_lists_the_commands_and_the_exit_codes(workdir: Path) -> None:
+    proc = paralela(workdir, "--help")
+    assert proc.returncode == 0, proc.stderr
+    for command in ("map", "info", "demo"):
+        assert re.search(rf"^\W*{command}\s", proc.stdout, re.MULTILINE), proc.stdout
+    help_text = paralela(workdir, "map", "--help")
+    assert help_text.returncode == 0
+    flat = " ".join(help_text.stdout.split())
+    assert "Exit codes: 0 ok; 1 the function raised" in flat
+    assert "4 the run directory belongs to another computation" in flat
+
+
+# -- in-process, through CliRunner ----------------------------------------------------
+
+
+@pytest.fixture
+def here(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Run in-process from ``workdir``, undoing the command's sys.path and imports."""
+    monkeypatch.chdir(workdir)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield workdir
+    for name in set(sys.modules) - before:
+        if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(workdir)):
+            del sys.modules[name]
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def test_sequential_backend_in_process(here: Path) -> None:
+    result = invoke(
+        "map",
+        "tasks:square",
+        "-i",
+        "items.jsonl",
+        "-o",
+        "out.jsonl",
+        "--backend",
+        "sequential",
+        "--no-progress",
+    )
+    assert result.exit_code == 0, result.output
+    assert records(here / "out.jsonl") == [
+        {"index": i, "item": i, "result": i * i} for i in range(6)
+    ]
+    assert "paralela map: 6 items (6 computed, 0 resumed)" in result.stderr
+
+
+def test_unordered_collect_in_process(here: Path) -> None:
+    result = invoke(
+        "map", "tasks:fails_on_3", "-i", "items.jsonl", "-o", "out.jsonl", "--unordered",
+        "--on-error", "collect", "--backend", "sequential", "--chunksize", "2",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "1 of 6 items failed" in result.stderr
+    assert "ValueError in item 3 (3): cannot handle 3" in result.stderr  # the item, not (3, 3)
+    got = records(here / "out.jsonl")
+    assert [r["index"] for r in got] == list(range(6))
+    assert got[3] == {"index": 3, "item": 3, "error": "ValueError: cannot handle 3"}
+    assert [r.get("result") for r in got] == [0, 10, 20, None, 40, 50]
+
+
+def test_stdout_gets_nothing_when_a_result_is_not_json(here: Path) -> None:
+    result = invoke(
+        "map", "tasks:returns_a_set", "-i", "items.jsonl", "-o", "-", "-b", "sequential"
+    )
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "cannot be written as JSON" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["tasks", "-i", "items.jsonl"], "Expected MODULE:FUNC, got 'tasks'"),
+        (
+            ["tasks:nope", "-i", "items.jsonl"],
+            "tasks has no attribute 'nope'. Functions defined there: count_lines, cube, dies_on_3",
+        ),
+        (["tasks:NOT_A_FUNCTION", "-i", "items.jsonl"], "is not a function (it is of type int)"),
+        (["missing.py:f", "-i", "items.jsonl"], "No such file: missing.py"),
+        (["tasks:square", "-i", "absent.jsonl"], "Input file absent.jsonl does not exist."),
+        (
+            ["tasks:square", "-i", "items.jsonl", "--backend", "gpu"],
+            "Unknown backend 'gpu'; valid backends are: processes, sequential, threads.",
+        ),
+        (
+            ["tasks:square", "-i", "items.jsonl", "--chunksize", "0"],
+            "--chunksize must be 'auto' or a positive integer, got '0'",
+        ),
+        (
+            ["tasks:square", "-i", "items.jsonl", "--chunksize", "lots"],
+            "--chunksize must be 'auto' or a positive integer, got 'lots'",
+        ),
+        (["tasks:square"], "Pass the items: --input FILE"),
+        (["tasks:square", "-i", "items.jsonl", "--glob", "*.py"], "not both"),
+        (["tasks:square", "--glob", "nothing/*.csv"], "No files match --glob 'nothing/*.csv'"),
+    ],
+)
+def test_exit_2_for_bad_usage(here: Path, args: list[str], message: str) -> None:
+    result = invoke("map", *args, "-o", "out.jsonl")
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert result.stderr.startswith("Error: ")
+    assert not (here / "out.jsonl").exists()
+
+
+def test_exit_2_names_the_malformed_line(here: Path) -> None:
+    (here / "bad.jsonl").write_text('1\n\n"two"\n{"three": 3\n4\n')
+    result = invoke("map", "tasks:square", "-i", "bad.jsonl", "-o", "out.jsonl")
+    assert result.exit_code == 2
+    assert "bad.jsonl line 4 is not valid JSON" in result.stderr
+    assert "Each line must hold one JSON value" in result.stderr
+
+
+def test_exit_2_for_an_import_error_inside_the_module(here: Path) -> None:
+    (here / "needs_torch.py").write_text("import not_installed_pkg\n\ndef f(x):\n    return x\n")
+    result = invoke("map", "needs_torch:f", "-i", "items.jsonl", "-o", "out.jsonl")
+    assert result.exit_code == 2
+    assert "Importing 'needs_torch' failed: No module named 'not_installed_pkg'" in result.stderr
+    assert 'needs_torch.py", line 1, in <module>' in result.stderr  # the traceback tail
+
+
+def test_exit_2_for_an_output_directory_that_does_not_exist(here: Path) -> None:
+    result = invoke("map", "tasks:square", "-i", "items.jsonl", "-o", "nowhere/out.jsonl")
+    assert result.exit_code == 2
+    assert "The directory nowhere for --output does not exist" in result.stderr
+
+
+def test_workers_below_one_is_a_usage_error(here: Path) -> None:
+    result = invoke("map", "tasks:square", "-i", "items.jsonl", "-o", "o.jsonl", "-w", "0")
+    assert result.exit_code == 2
+    assert "--workers" in result.output

@@ -1,0 +1,66 @@
+"""Every example in examples/ runs as `python examples/X.py` and prints its result."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name: str, cwd: Path, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_every_map_example_is_tested() -> None:
+    tested = {"map_files.py", "map_numpy_shared.py", "map_initializer.py"}
+    assert {p.name for p in EXAMPLES.glob("map_*.py")} == tested
+
+
+def test_map_files_resumes_from_its_run_directory(tmp_path: Path) -> None:
+    out = run_example("map_files.py", tmp_path, str(tmp_path / "work"))
+    assert "first run: interrupted after 20 files" in out
+    match = re.search(
+        r"second run: (\d+) files resumed from the run directory, (\d+) computed", out
+    )
+    assert match, out
+    resumed, computed = int(match[1]), int(match[2])
+    assert resumed >= 20
+    assert resumed + computed == 48
+    assert "third run: resumed 48 of 48 files, computed 0" in out
+    assert len(list((tmp_path / "work" / "raw").glob("*.clean.csv"))) == 48
+    assert len(list((tmp_path / "work" / "run" / "chunks").glob("*.pkl"))) >= 12
+    # Running it again on the same directory resumes everything at once.
+    again = run_example("map_files.py", tmp_path, str(tmp_path / "work"))
+    assert "second run: 48 files resumed from the run directory, 0 computed" in again
+
+
+def test_map_numpy_shared_agrees_with_the_serial_computation(tmp_path: Path) -> None:
+    pytest.importorskip("numpy")
+    out = run_example("map_numpy_shared.py", tmp_path)
+    match = re.search(r"predictions agree with the serial computation: (\d+) of (\d+)", out)
+    assert match, out
+    assert int(match[2]) == 32 * 256
+    assert int(match[1]) >= 0.999 * int(match[2])
+    assert "summary: 32 items (32 computed, 0 resumed)" in out
+
+
+def test_map_initializer_loads_the_model_once_per_worker(tmp_path: Path) -> None:
+    out = run_example("map_initializer.py", tmp_path)
+    match = re.search(r"scored 2000 sentences on (\d+) workers", out)
+    assert match, out
+    workers = int(match[1])
+    assert f"model loads: {workers} for 2000 sentences (once per worker)" in out
+    assert re.search(r"labels: \{'negative': \d+, 'positive': \d+\}", out), out
