@@ -112,6 +112,9 @@ class MapError(ParalelaError):
         detail = f"; the first one:\n{first}" if first is not None else ""
         super().__init__(head + detail)
 
+    def __reduce__(self) -> Any:
+        return (MapError, (self.failures, self.results, self.summary))
+
 
 def describe_exit(exitcode: int | None) -> str:
     """Turn a process exit code into words: ``"killed by SIGKILL"``, ``"exit code 3"``."""
@@ -162,6 +165,20 @@ class WorkerDiedError(ParalelaError):
             "If it ran out of memory, use fewer workers or smaller items; "
             "raise retries= to try more often."
         )
+
+    def __reduce__(self) -> Any:
+        return (
+            _rebuild_worker_died,
+            (self.exitcode, self.indices, self.attempts, self.pid, self.args),
+        )
+
+
+def _rebuild_worker_died(
+    exitcode: int | None, indices: list[int], attempts: int, pid: int | None, args: tuple[Any, ...]
+) -> WorkerDiedError:
+    error = WorkerDiedError(exitcode, indices=indices, attempts=attempts, pid=pid)
+    error.args = args  # keeps a message that was replaced after construction
+    return error
 
 
 class RunStoreError(ParalelaError):

@@ -233,3 +233,29 @@ def test_a_registered_backend_serves_map(monkeypatch: pytest.MonkeyPatch) -> Non
         assert made == [None]
     finally:
         discard_backend(get_backend("mine"))
+
+
+def test_a_broken_shared_backend_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Breakable(SequentialBackend):
+        broken = False
+
+        def healthy(self) -> bool:
+            return not self.broken
+
+    made: list[Breakable] = []
+
+    def factory(workers: int | None) -> Backend:
+        made.append(Breakable(workers))
+        return made[-1]
+
+    monkeypatch.setitem(_FACTORIES, "breakable", factory)
+    try:
+        first = get_backend("breakable")
+        assert get_backend("breakable") is first  # healthy: shared
+        made[0].broken = True
+        second = get_backend("breakable")
+        assert second is not first
+        assert len(made) == 2
+        assert paralela.map(square, range(3), backend="breakable") == [0, 1, 4]
+    finally:
+        discard_backend(get_backend("breakable"))

@@ -135,3 +135,15 @@ def test_every_error_is_drawn_in_the_module_docstring() -> None:
     for name in errors.__all__:
         if name[0].isupper():
             assert name in doc, f"{name} is missing from the hierarchy in paralela/errors.py"
+
+
+def test_worker_died_and_map_errors_pickle_round_trip() -> None:
+    died = WorkerDiedError(-9, indices=[4, 5], attempts=3, pid=77)
+    copy = pickle.loads(pickle.dumps(died))
+    assert (copy.exitcode, copy.indices, copy.attempts, copy.pid) == (-9, [4, 5], 3, 77)
+    assert str(copy) == str(died)
+    failure = TaskError("bad", index=1, item_repr="1", remote_traceback="tb", exc_type="E")
+    collected = pickle.loads(pickle.dumps(MapError([failure], [0, None])))
+    assert collected.results == [0, None]
+    assert collected.failures[0].index == 1
+    assert str(collected) == str(MapError([failure], [0, None]))

@@ -31,6 +31,7 @@ import pytest
 import paralela
 from paralela.backends._processes import ProcessBackend
 from paralela.errors import WorkerDiedError
+from paralela.mapping._chunking import MAX_CHUNK_ITEMS
 from paralela.mapping._engine import IN_FLIGHT_PER_WORKER
 
 pytestmark = pytest.mark.timeout(60)
@@ -375,6 +376,22 @@ def test_a_huge_generator_is_never_read_far_ahead() -> None:
     iterator.close()
     assert lead <= bound
     assert items.produced <= consumed + bound
+
+
+def test_auto_chunks_of_a_huge_generator_are_never_read_far_ahead() -> None:
+    # A trivial function makes auto chunks as large as they get: MAX_CHUNK_ITEMS.
+    items = Instrumented(10**7)
+    iterator = paralela.imap(abs, items, workers=WORKERS)
+    window = WORKERS * IN_FLIGHT_PER_WORKER
+    bound = 2 * window * MAX_CHUNK_ITEMS + 1
+    lead = 0
+    for index, value in enumerate(iterator):
+        assert value == index
+        lead = max(lead, items.produced - (index + 1))
+        if index + 1 == 1_000_000:
+            break
+    iterator.close()
+    assert lead <= bound
 
 
 def test_a_huge_generator_runs_in_little_memory() -> None:

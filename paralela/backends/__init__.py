@@ -19,6 +19,7 @@ __all__ = [
     "Broadcast",
     "Capabilities",
     "available_backends",
+    "discard_backend",
     "get_backend",
     "register_backend",
     "shutdown_shared_backends",
@@ -79,6 +80,10 @@ def get_backend(backend: str | Backend, workers: int | None = None) -> Backend:
     key = (backend, workers)
     with _shared_lock:
         found = _shared.get(key)
+        if found is not None and not found.healthy():
+            # Broken (workers died at start-up) or shut down: the next call starts afresh.
+            found.shutdown(wait=False, cancel_futures=True)
+            found = None
         if found is None:
             found = _shared[key] = _FACTORIES[backend](workers)
         return found

@@ -101,6 +101,10 @@ class Backend(ABC):
     def effective_workers(self) -> int:
         """How many tasks can run at the same time."""
 
+    def healthy(self) -> bool:
+        """``False`` once the backend cannot run tasks any more (its workers cannot start)."""
+        return True
+
     def forget(self, broadcast: Broadcast[Any]) -> None:  # noqa: B027  (optional hook)
         """Let workers drop a :class:`Broadcast` value that no task will need again."""
 

@@ -246,6 +246,10 @@ class ProcessBackend(Backend):
     def effective_workers(self) -> int:
         return self._n
 
+    def healthy(self) -> bool:
+        with self._lock:
+            return self._broken is None and not self._closing
+
     def forget(self, broadcast: Broadcast[Any]) -> None:
         with self._lock:
             self._forget.append(broadcast.id)
