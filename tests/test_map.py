@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import CountingItems
 
 import paralela
 from paralela.mapping import _chunking
@@ -79,19 +80,6 @@ def weigh(x: int, shared: Counted) -> int:
     return shared.weights[x % len(shared.weights)] * x
 
 
-class Counter:
-    """Counts the items a generator produced, to see how far ahead the input is read."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.produced = 0
-
-    def __iter__(self) -> Iterator[int]:
-        for i in range(self.n):
-            self.produced += 1
-            yield i
-
-
 class NoLength:
     """Iterable without ``__len__``: the total is unknown."""
 
@@ -126,7 +114,7 @@ def test_unordered_yields_results_as_they_finish(tmp_path: Path) -> None:
 
 
 def test_imap_is_lazy_about_its_input() -> None:
-    items = Counter(10**7)
+    items = CountingItems(10**7)
     iterator = paralela.imap(square, items, workers=WORKERS)
     assert items.produced == 0  # nothing is read before the first next()
     first = next(iterator)

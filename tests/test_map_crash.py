@@ -22,11 +22,12 @@ import sys
 import textwrap
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
+from helpers import CountingItems
 
 import paralela
 from paralela.backends._processes import ProcessBackend
@@ -344,22 +345,9 @@ def test_workers_exit_when_their_driver_is_killed_mid_item(
 # -- 4. bounded memory on a huge generator -------------------------------------------
 
 
-class Instrumented:
-    """A generator of ``n`` items that knows how many it produced."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.produced = 0
-
-    def __iter__(self) -> Iterator[int]:
-        for i in range(self.n):
-            self.produced += 1
-            yield i
-
-
 def test_a_huge_generator_is_never_read_far_ahead() -> None:
     chunksize = 1000
-    items = Instrumented(10**7)
+    items = CountingItems(10**7)
     iterator = paralela.imap(abs, items, workers=WORKERS, chunksize=chunksize)
     # New chunks are read only while fewer than `window` wait to be yielded, and at most
     # `window` are in flight; with the one being yielded and the item peeked at:
@@ -380,7 +368,7 @@ def test_a_huge_generator_is_never_read_far_ahead() -> None:
 
 def test_auto_chunks_of_a_huge_generator_are_never_read_far_ahead() -> None:
     # A trivial function makes auto chunks as large as they get: MAX_CHUNK_ITEMS.
-    items = Instrumented(10**7)
+    items = CountingItems(10**7)
     iterator = paralela.imap(abs, items, workers=WORKERS)
     window = WORKERS * IN_FLIGHT_PER_WORKER
     bound = 2 * window * MAX_CHUNK_ITEMS + 1
@@ -395,7 +383,7 @@ def test_auto_chunks_of_a_huge_generator_are_never_read_far_ahead() -> None:
 
 
 def test_a_huge_generator_runs_in_little_memory() -> None:
-    items = Instrumented(10**7)
+    items = CountingItems(10**7)
     tracemalloc.start()
     try:
         iterator = paralela.imap(abs, items, workers=WORKERS, chunksize=1000)
