@@ -48,6 +48,22 @@ if TYPE_CHECKING:
         make_slots,
     )
     from paralela.runs import RunStore
+    from paralela.sweeping import (
+        Categorical,
+        Fixed,
+        Float,
+        Grid,
+        Int,
+        Space,
+        SweepError,
+        SweepResult,
+        TrialPruned,
+        TrialRecord,
+        current_params,
+        load_space,
+        report,
+        sweep,
+    )
 
 
 # Every public name, and the module it lives in: loaded on first use, so that
@@ -88,6 +104,25 @@ _LAZY: dict[str, str] = {
     "expand_nodelist": "paralela.resources",
     "make_slots": "paralela.resources",
     "RunStore": "paralela.runs",
+    **dict.fromkeys(
+        (
+            "sweep",
+            "report",
+            "current_params",
+            "TrialPruned",
+            "SweepResult",
+            "TrialRecord",
+            "SweepError",
+            "Space",
+            "Float",
+            "Int",
+            "Categorical",
+            "Fixed",
+            "Grid",
+            "load_space",
+        ),
+        "paralela.sweeping",
+    ),
 }
 
 __all__ = [
@@ -100,6 +135,21 @@ __all__ = [
     "MapSummary",
     "WorkerStats",
     "ChunkTiming",
+    # hyperparameter sweeps
+    "sweep",
+    "report",
+    "current_params",
+    "TrialPruned",
+    "SweepResult",
+    "TrialRecord",
+    "SweepError",
+    "Space",
+    "Float",
+    "Int",
+    "Categorical",
+    "Fixed",
+    "Grid",
+    "load_space",
     # configuration
     "config",
     "UNSET",

@@ -10,6 +10,21 @@ import paralela
 
 EXPORTED = {
     "__version__",
+    # hyperparameter sweeps
+    "sweep",
+    "report",
+    "current_params",
+    "TrialPruned",
+    "SweepResult",
+    "TrialRecord",
+    "SweepError",
+    "Space",
+    "Float",
+    "Int",
+    "Categorical",
+    "Fixed",
+    "Grid",
+    "load_space",
     # data-parallel map
     "map",
     "imap",

@@ -1,0 +1,169 @@
+"""``paralela sweep``: a hyperparameter search over a command or a Python function."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from paralela.cli._app import app
+from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail
+from paralela.errors import ConfigError, ParalelaError
+
+SWEEP_HELP = (
+    "Search hyperparameters with one trial per GPU (or CPU share), stopping bad trials "
+    "early, resumable.\n\n"
+    "The trial is a command given after '--', with {name} placeholders filled from the "
+    "space (the parameters are also in $PARALELA_TRIAL_PARAMS as JSON; the trial calls "
+    "paralela.report(value, step=...) and its last report is its value), or a Python "
+    "function given with --function MODULE:FUNC, called as func(params).\n\n"
+    "Example: paralela sweep --space space.yaml --trials 50 --pruner median -- "
+    "python train.py --lr {lr} --hidden {hidden}"
+)
+EPILOG = (
+    "Exit codes: 0 the sweep ran (failed trials are recorded, not fatal); 1 more trials "
+    "failed than --max-failures allows; 2 bad usage (space file, sampler, command not "
+    "found, GPUs). Running the same command again continues the sweep."
+)
+
+
+@app.command(
+    help=SWEEP_HELP,
+    short_help="Hyperparameter sweep: one trial per device, pruning, resume.",
+    epilog=EPILOG,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def sweep(
+    ctx: typer.Context,
+    space: Annotated[
+        Path, typer.Option("--space", "-s", help="YAML, TOML or CSV (one row per trial) space.")
+    ],
+    function: Annotated[
+        str | None,
+        typer.Option("--function", "-f", help="MODULE:FUNC or file.py:func instead of a command."),
+    ] = None,
+    trials: Annotated[
+        int | None, typer.Option("--trials", "-n", min=1, help="Trial budget (all runs).")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Time budget in seconds for this run.")
+    ] = None,
+    direction: Annotated[
+        str, typer.Option("--direction", help="minimize or maximize (comma list: several).")
+    ] = "minimize",
+    sampler: Annotated[
+        str, typer.Option(help="tpe, random, grid, cmaes, gp, nsga2, nsga3, qmc.")
+    ] = "tpe",
+    pruner: Annotated[
+        str, typer.Option(help="none, median, percentile, halving, hyperband.")
+    ] = "none",
+    run_dir: Annotated[
+        Path | None,
+        typer.Option("--run-dir", "-d", help="Default: paralela-runs/<study name>."),
+    ] = None,
+    study: Annotated[str | None, typer.Option("--study", help="Study name.")] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(help="Database URL (postgresql://...) or journal:PATH. Default: SQLite."),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", "-w", min=1, help="At most this many at once.")
+    ] = None,
+    gpus: Annotated[
+        str | None, typer.Option(help="GPUs to use, e.g. 0,2; 'none' for CPU slots.")
+    ] = None,
+    gpus_per_trial: Annotated[int, typer.Option(min=0, help="GPUs per trial.")] = 1,
+    trials_per_gpu: Annotated[int, typer.Option(min=1, help="Trials sharing one GPU.")] = 1,
+    min_free_gpu_memory: Annotated[
+        float | None, typer.Option(help="Skip GPUs with less free memory (GiB).")
+    ] = None,
+    max_failures: Annotated[
+        int | None, typer.Option(min=0, help="Stop once more trials than this failed.")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    progress: Annotated[
+        bool | None, typer.Option("--progress/--no-progress", help="Live table.")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON on stdout.")
+    ] = False,
+) -> None:
+    import paralela
+    from paralela.sweeping import SweepError
+
+    command = list(ctx.args)
+    if command and command[0] == "--":
+        command = command[1:]
+    if function is not None and command:
+        fail("give either --function or a command after '--', not both.", EXIT_USAGE)
+    objective: object
+    if function is not None:
+        from paralela.cli._map import load_function
+
+        objective = load_function(function)
+    elif command:
+        objective = command
+    else:
+        fail("give the trial command after '--' (or --function MODULE:FUNC).", EXIT_USAGE)
+    directions = [d.strip() for d in direction.split(",")]
+    try:
+        result = paralela.sweep(
+            objective,
+            space,
+            n_trials=trials,
+            timeout=timeout,
+            direction=directions if len(directions) > 1 else directions[0],
+            sampler=sampler,
+            pruner=pruner,
+            run_dir=run_dir,
+            study_name=study,
+            storage=storage,
+            workers=workers,
+            gpus=gpus,
+            gpus_per_trial=gpus_per_trial,
+            trials_per_gpu=trials_per_gpu,
+            min_free_gpu_memory=min_free_gpu_memory,
+            max_failures=max_failures,
+            seed=seed,
+            progress=progress,
+        )
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except SweepError as exc:
+        fail(str(exc), EXIT_FAILED)
+    except ParalelaError as exc:
+        fail(str(exc), EXIT_FAILED)
+    if json_out:
+        typer.echo((result.run_dir / "trials.json").read_text())
+        return
+    _print_result(result)
+
+
+def _print_result(result: object) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from paralela.sweeping import SweepResult
+
+    assert isinstance(result, SweepResult)
+    console = Console(stderr=False)
+    table = Table(title=f"Leaderboard of {result.study_name}", title_justify="left")
+    for column in ("rank", "trial", "value", "duration s", "params"):
+        table.add_column(column)
+    for rank, t in enumerate(result.leaderboard(10), 1):
+        table.add_row(
+            str(rank),
+            f"#{t.number}",
+            f"{t.value:.6g}",
+            "-" if t.duration is None else f"{t.duration:.2f}",
+            json.dumps(t.params),
+        )
+    console.print(table)
+    console.print(result.summary())
+    if result.best_params is not None:
+        console.print(f"Best parameters: {json.dumps(result.best_params)}")
+    for note in result.notes:
+        console.print(f"Note: {note}")
+    console.print(f"Trials, logs and plots: {result.run_dir}")

@@ -1,0 +1,62 @@
+"""Hyperparameter sweeps: one trial per device, early stopping, resumable.
+
+``import paralela.sweeping`` is cheap; Optuna loads when a sweep starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from paralela.sweeping._api import sweep
+    from paralela.sweeping._driver import SweepError
+    from paralela.sweeping._report import TrialPruned, current_params, report
+    from paralela.sweeping._results import SweepResult, TrialRecord
+    from paralela.sweeping._space import (
+        Categorical,
+        Fixed,
+        Float,
+        Grid,
+        Int,
+        Space,
+        load_space,
+    )
+
+__all__ = [
+    "Categorical",
+    "Fixed",
+    "Float",
+    "Grid",
+    "Int",
+    "Space",
+    "SweepError",
+    "SweepResult",
+    "TrialPruned",
+    "TrialRecord",
+    "current_params",
+    "load_space",
+    "report",
+    "sweep",
+]
+
+_LAZY = {
+    "sweep": "paralela.sweeping._api",
+    "SweepError": "paralela.sweeping._driver",
+    "TrialPruned": "paralela.sweeping._report",
+    "current_params": "paralela.sweeping._report",
+    "report": "paralela.sweeping._report",
+    "SweepResult": "paralela.sweeping._results",
+    "TrialRecord": "paralela.sweeping._results",
+    **dict.fromkeys(
+        ("Categorical", "Fixed", "Float", "Grid", "Int", "Space", "load_space"),
+        "paralela.sweeping._space",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'paralela.sweeping' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

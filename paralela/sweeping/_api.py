@@ -1,0 +1,263 @@
+"""``paralela.sweep``: a hyperparameter search that fills every slot it may use."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from paralela.errors import ConfigError
+from paralela.resources import Slot
+from paralela.sweeping._driver import Budget, check_budget, run_trials
+from paralela.sweeping._outputs import records_from_study, write_outputs
+from paralela.sweeping._results import SweepResult
+from paralela.sweeping._space import Space, as_space
+from paralela.sweeping._study import (
+    INTERRUPTED_ATTR,
+    UNUSED_ATTR,
+    _optuna,
+    choose_storage,
+    make_pruner,
+    make_sampler,
+    open_storage,
+    recover_interrupted,
+)
+from paralela.sweeping._trials import check_command
+
+__all__ = ["sweep"]
+
+CONFIGS_ATTR = "paralela:configurations_enqueued"
+DIRECTIONS = ("minimize", "maximize")
+
+
+def _study_name(objective: Any, command: Sequence[str] | None) -> str:
+    if command is not None:
+        scripts = [a for a in command if a.endswith(".py")]
+        return Path(scripts[0] if scripts else command[0]).stem or "sweep"
+    return str(getattr(objective, "__name__", "sweep")).strip("<>") or "sweep"
+
+
+def _slots(
+    workers: int | None,
+    gpus: str | Sequence[int | str] | None,
+    gpus_per_trial: int,
+    trials_per_gpu: int,
+    min_free_gpu_memory: float | None,
+    notes: list[str],
+) -> list[Slot]:
+    from paralela.resources import detect, make_slots
+
+    resources = detect()
+    cpu_only = gpus in ("", "none", "cpu") or gpus_per_trial == 0
+    if not cpu_only and (gpus is not None or resources.gpus):
+        chosen = gpus
+        if min_free_gpu_memory is not None:
+            usable = [
+                g
+                for g in resources.gpus
+                if g.memory_free is None or g.memory_free >= min_free_gpu_memory * 2**30
+            ]
+            skipped = [g for g in resources.gpus if g not in usable]
+            if skipped:
+                notes.append(
+                    "skipped GPUs in use by others (less than "
+                    f"{min_free_gpu_memory} GiB free): {', '.join(str(g.index) for g in skipped)}"
+                )
+            if not usable:
+                raise ConfigError(
+                    f"No GPU has {min_free_gpu_memory} GiB free; lower min_free_gpu_memory "
+                    "or wait for the GPUs to free up."
+                )
+            wanted = (
+                None
+                if gpus is None
+                else {str(g) for g in (gpus.split(",") if isinstance(gpus, str) else gpus)}
+            )
+            chosen = [g.index for g in usable if wanted is None or str(g.index) in wanted]
+        slots = make_slots(
+            resources, gpus_per_slot=gpus_per_trial, slots_per_gpu=trials_per_gpu, gpus=chosen
+        )
+        return slots[:workers] if workers else slots
+    return make_slots(resources, n_slots=workers)
+
+
+def sweep(
+    objective: Callable[[dict[str, Any]], Any] | Sequence[str],
+    space: Space | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    direction: str | Sequence[str] = "minimize",
+    sampler: str | Any = "tpe",
+    pruner: str | Any | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    study_name: str | None = None,
+    storage: str | None = None,
+    workers: int | None = None,
+    gpus: str | Sequence[int | str] | None = None,
+    gpus_per_trial: int = 1,
+    trials_per_gpu: int = 1,
+    min_free_gpu_memory: float | None = None,
+    max_failures: int | None = None,
+    seed: int | None = None,
+    progress: bool | None = None,
+    grace_period: float = 5.0,
+) -> SweepResult:
+    """Search hyperparameters with one trial per slot (GPU, or CPU share without GPUs).
+
+    Args:
+        objective: a function ``objective(params) -> value`` (run in a worker pinned to
+            its slot; ``paralela.report(value, step)`` inside records intermediate
+            values and raises ``TrialPruned`` when the pruner stops the trial), or a
+            command as a list of strings with ``{name}`` placeholders (any program; the
+            parameters are also in ``$PARALELA_TRIAL_PARAMS`` as JSON; it calls
+            ``paralela.report`` and its last report is its value).
+        space: a :class:`Space`, a dict in the space-file format, or a YAML, TOML or
+            CSV file (a CSV gives exactly its rows as trials).
+        n_trials, timeout: the trial budget and the time budget in seconds (trials
+            running at the timeout finish). Earlier runs' trials count.
+        direction: ``"minimize"``, ``"maximize"``, or one per objective.
+        sampler: ``"tpe"`` (default), ``"random"``, ``"grid"``, ``"cmaes"``, ``"gp"``,
+            ``"nsga2"``, ``"nsga3"``, ``"qmc"``, or an Optuna sampler.
+        pruner: ``None``, ``"median"``, ``"percentile"``, ``"halving"``,
+            ``"hyperband"``, or an Optuna pruner. A pruned command is stopped with
+            SIGTERM, then SIGKILL after ``grace_period`` seconds.
+        run_dir: the sweep's directory (database, one log per trial, exports, plots);
+            default ``paralela-runs/<study name>``. Running again continues the sweep.
+        storage: a database URL (``postgresql://...``) shared by several nodes, or
+            ``journal:PATH``; default SQLite in ``run_dir`` (journal file on NFS & co).
+        workers: at most this many trials at once (default: one per slot).
+        gpus: restrict to these GPUs (``"0,2"``); ``"none"`` for CPU-only slots.
+        gpus_per_trial, trials_per_gpu: GPUs per trial; trials sharing one GPU.
+        min_free_gpu_memory: skip GPUs with less free memory (GiB) than this.
+        max_failures: stop once more trials than this failed (:class:`SweepError`).
+        seed: the sampler's seed.
+        progress: show the live table (default: on a terminal).
+
+    Returns:
+        A :class:`SweepResult`; its trials, leaderboard and plots are also written to
+        ``run_dir`` (``trials.csv``, ``trials.json``, ``plots/*.png``).
+
+    Raises:
+        ConfigError: bad space, unknown sampler or pruner, command not found, no budget,
+            impossible GPU request; before any trial runs.
+        SweepError: more than ``max_failures`` trials failed.
+    """
+    command: list[str] | None = None
+    function: Callable[[dict[str, Any]], Any] | None = None
+    if isinstance(objective, (list, tuple)):
+        command = [str(a) for a in objective]
+    elif callable(objective):
+        function = objective
+    else:
+        raise ConfigError(
+            f"objective must be a function or a command (a list of strings), got "
+            f"{type(objective).__name__}."
+        )
+    space_ = as_space(space)
+    directions = [direction] if isinstance(direction, str) else list(direction)
+    for d in directions:
+        if d not in DIRECTIONS:
+            raise ConfigError(f"direction must be 'minimize' or 'maximize', got {d!r}.")
+    grid = None
+    sampler_name = sampler if isinstance(sampler, str) else None
+    if sampler_name is not None and sampler_name.lower() == "grid":
+        if space_.configurations is not None:
+            raise ConfigError(
+                "sampler 'grid' searches a space; a CSV of configurations already lists the "
+                "trials. Leave the sampler out to run exactly its rows."
+            )
+        grid = space_.grid_axes()
+        if n_trials is None and timeout is None:
+            n_trials = len(space_.grid())
+    if space_.configurations is not None and n_trials is None and timeout is None:
+        n_trials = len(space_.configurations)
+    check_budget(n_trials, timeout)
+    if command is not None:
+        check_command(command, space_.names)
+    if max_failures is not None and max_failures < 0:
+        raise ConfigError(f"max_failures must be 0 or more, got {max_failures!r}.")
+
+    optuna = _optuna()
+    sampler_obj = make_sampler(sampler, seed=seed, grid=grid) if sampler_name else sampler
+    pruner_obj = make_pruner(pruner) if pruner is None or isinstance(pruner, str) else pruner
+    name = study_name or _study_name(function, command)
+    root = Path(run_dir) if run_dir is not None else Path("paralela-runs") / name
+    (root / "trials").mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    choice = choose_storage(root, storage)
+    if choice.note:
+        notes.append(choice.note)
+        print(f"paralela sweep: {choice.note}", file=sys.stderr)
+    slots = _slots(workers, gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory, notes)
+    storage_obj = open_storage(choice.spec)
+    try:
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage_obj,
+            sampler=sampler_obj,
+            pruner=pruner_obj,
+            directions=directions,
+            load_if_exists=True,
+        )
+    except ValueError as exc:
+        raise ConfigError(
+            f"The study {name!r} in {choice.spec} cannot be continued as asked: {exc}. Use "
+            "the same direction(s) as before, or another run_dir / study name."
+        ) from exc
+    recovered = recover_interrupted(study)
+    if recovered:
+        notes.append(f"re-running trials interrupted when a driver died: {recovered}")
+    if space_.configurations is not None and not study.user_attrs.get(CONFIGS_ATTR):
+        for configuration in space_.configurations:
+            study.enqueue_trial(dict(configuration))
+        study.set_user_attr(CONFIGS_ATTR, True)
+    counted = _counted(study)
+
+    from paralela.sweeping._live import make_view
+
+    view = make_view(progress, f"sweep {name}", -1.0 if directions[0] == "maximize" else 1.0)
+    try:
+        records, wall, busy = run_trials(
+            study=study,
+            distributions=space_.distributions(),
+            fixed=space_.fixed(),
+            objective=function,
+            command=command,
+            storage_spec=choice.spec,
+            slots=slots,
+            budget=Budget(n_trials, timeout, max_failures),
+            already_counted=counted,
+            log_dir=root / "trials",
+            grace_period=grace_period,
+            on_change=view.update,
+        )
+    finally:
+        view.close()
+    result = SweepResult(
+        study_name=name,
+        storage=choice.spec,
+        run_dir=root,
+        directions=directions,
+        trials=records_from_study(study, records, root / "trials"),
+        wall_seconds=wall,
+        slots=len(slots),
+        busy_fraction=busy,
+        notes=notes,
+    )
+    write_outputs(result, study)
+    return result
+
+
+def _counted(study: Any) -> int:
+    """Trials that count against the budget: ended, and not an interrupted or unused one."""
+    from optuna.trial import TrialState
+
+    ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return sum(
+        1
+        for t in study.get_trials(deepcopy=False, states=ended)
+        if INTERRUPTED_ATTR not in t.system_attrs and UNUSED_ATTR not in t.system_attrs
+    )

@@ -1,0 +1,152 @@
+"""What a sweep returns and leaves in its run directory: every trial, the best one,
+a leaderboard, CSV/JSON exports and plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SweepResult", "TrialRecord"]
+
+
+@dataclass
+class TrialRecord:
+    """One trial as it ended (or as it runs, while the sweep goes on)."""
+
+    number: int
+    state: str  # COMPLETE, PRUNED, FAIL, RUNNING
+    values: list[float] | None
+    params: dict[str, Any]
+    started: float | None = None
+    finished: float | None = None
+    slot: int | None = None
+    devices: str | None = None
+    exit_code: int | None = None
+    log_path: str | None = None
+    error: str | None = None
+    intermediate: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def value(self) -> float | None:
+        return self.values[0] if self.values else None
+
+    @property
+    def duration(self) -> float | None:
+        if self.started is None or self.finished is None:
+            return None
+        return self.finished - self.started
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["value"] = self.value
+        data["duration"] = self.duration
+        data["intermediate"] = {str(k): v for k, v in self.intermediate.items()}
+        return data
+
+
+@dataclass
+class SweepResult:
+    """The outcome of :func:`paralela.sweep`.
+
+    Attributes:
+        study_name, storage, run_dir: where the study lives (run again to continue it).
+        directions: ``"minimize"``/``"maximize"`` per objective.
+        trials: every trial of the study, in number order (earlier runs included).
+        wall_seconds: this run's duration; ``slots``: how many trials ran at once.
+        busy_fraction: share of slot time this run spent inside trials.
+        notes: things the user should know (storage choice, recovered trials...).
+    """
+
+    study_name: str
+    storage: str
+    run_dir: Path
+    directions: list[str]
+    trials: list[TrialRecord]
+    wall_seconds: float
+    slots: int
+    busy_fraction: float
+    notes: list[str] = field(default_factory=list)
+
+    def _sign(self) -> float:
+        return -1.0 if self.directions[0] == "maximize" else 1.0
+
+    @property
+    def completed(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.state == "COMPLETE" and t.values]
+
+    def leaderboard(self, n: int = 10) -> list[TrialRecord]:
+        """The ``n`` best completed trials, best first (by the first objective)."""
+        sign = self._sign()
+        return sorted(self.completed, key=lambda t: sign * (t.value or math.inf))[:n]
+
+    @property
+    def best_trial(self) -> TrialRecord | None:
+        board = self.leaderboard(1)
+        return board[0] if board else None
+
+    @property
+    def best_params(self) -> dict[str, Any] | None:
+        best = self.best_trial
+        return None if best is None else best.params
+
+    @property
+    def best_value(self) -> float | None:
+        best = self.best_trial
+        return None if best is None else best.value
+
+    def to_json(self, path: str | Path) -> Path:
+        out = Path(path)
+        data = {
+            "study_name": self.study_name,
+            "storage": self.storage,
+            "directions": self.directions,
+            "best": None if self.best_trial is None else self.best_trial.to_dict(),
+            "wall_seconds": self.wall_seconds,
+            "slots": self.slots,
+            "busy_fraction": self.busy_fraction,
+            "notes": self.notes,
+            "trials": [t.to_dict() for t in self.trials],
+        }
+        out.write_text(json.dumps(data, indent=2, default=str))
+        return out
+
+    def to_csv(self, path: str | Path) -> Path:
+        out = Path(path)
+        names = sorted({k for t in self.trials for k in t.params})
+        with open(out, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(
+                ["number", "state", "value", *names, "duration", "slot", "devices", "exit_code"]
+            )
+            for t in self.trials:
+                writer.writerow(
+                    [
+                        t.number,
+                        t.state,
+                        "" if t.value is None else t.value,
+                        *(t.params.get(k, "") for k in names),
+                        "" if t.duration is None else round(t.duration, 4),
+                        "" if t.slot is None else t.slot,
+                        t.devices or "",
+                        "" if t.exit_code is None else t.exit_code,
+                    ]
+                )
+        return out
+
+    def summary(self) -> str:
+        best = self.best_trial
+        states: dict[str, int] = {}
+        for t in self.trials:
+            states[t.state] = states.get(t.state, 0) + 1
+        counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(states.items()))
+        line = (
+            f"{len(self.trials)} trials ({counts}) on {self.slots} slots in "
+            f"{self.wall_seconds:.1f} s, slots {self.busy_fraction:.0%} busy"
+        )
+        if best is not None:
+            line += f"; best #{best.number}: {best.value:.6g} with {best.params}"
+        return line

@@ -1,0 +1,847 @@
+"""The search space of a sweep: parameters, their Optuna distributions, files and grids.
+
+A space comes from code (``Space((Float("lr", 1e-5, 0.1, log=True), ...))``), from a
+mapping or a YAML/TOML file (one entry per parameter), or from a CSV of configurations
+(one row, one trial)::
+
+    file / mapping --space_from_dict--> Space(params)              sampled by Optuna
+    CSV            --load_space-------> Space(params, configurations)   run as listed
+    Space.distributions() -> {name: optuna distribution}   (Fixed values left out)
+    Space.grid()          -> [{name: value}, ...]          (cartesian product, fixed included)
+
+Every bad input raises :class:`~paralela.errors.ConfigError` naming the file, the line
+or row, the parameter, what is allowed and what to do. Optuna, PyYAML and tomllib are
+imported only when used, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import importlib
+import io
+import itertools
+import math
+import os
+import re
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from paralela.errors import ConfigError, MissingExtraError
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
+
+__all__ = [
+    "Param",
+    "Float",
+    "Int",
+    "Categorical",
+    "Fixed",
+    "Grid",
+    "Space",
+    "MAX_GRID_POINTS",
+    "as_space",
+    "load_space",
+    "load_sweep_file",
+    "space_from_dict",
+    "sweep_from_dict",
+]
+
+# Every grid point becomes a trial. A hundred thousand trials is already days of work
+# for small models; a bigger product is almost always a step or a range typed wrong.
+MAX_GRID_POINTS = 100_000
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_CSV_INT = re.compile(r"[-+]?[0-9]+")
+_CSV_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_SCALARS = (type(None), bool, int, float, str)  # what Optuna stores as a categorical choice
+_RESERVED = ("params", "configurations")  # top-level keys of the wrapped file form
+_EXTENSIONS = (".yaml", ".yml", ".toml", ".csv")
+
+
+class _Invalid(ConfigError):
+    """A parameter is not valid; :func:`sweep_from_dict` adds the file and line."""
+
+    def __init__(self, name: object, problem: str) -> None:
+        super().__init__(f"Parameter {name!r}: {problem}")
+        self.problem = problem
+
+
+def _optuna_distributions() -> Any:
+    try:
+        from optuna import distributions
+    except ImportError:
+        raise MissingExtraError("optuna", "sweep", "A sweep's search space") from None
+    return distributions
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _Invalid(
+            name,
+            "is not a valid parameter name; names are used as {name} placeholders in "
+            "commands, so they must start with a letter or '_' and hold only letters, "
+            "digits, '_', '.' and '-'. Rename it, e.g. 'learning_rate'.",
+        )
+    return name
+
+
+def _number(name: str, key: str, value: object, *, whole: bool = False) -> Any:
+    """``value`` as a finite float (an int when ``whole``), or why it is not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        quoted = isinstance(value, str) and _CSV_FLOAT.fullmatch(value.strip())
+        fix = (
+            "write it without quotes"
+            if quoted
+            else f"give one, e.g. {key}: {16 if whole else 0.001}"
+        )
+        raise _Invalid(
+            name, f"{key} must be a number, got {value!r} ({type(value).__name__}); {fix}."
+        )
+    if not math.isfinite(value):
+        raise _Invalid(name, f"{key} must be a finite number, got {value!r}.")
+    if whole:
+        if isinstance(value, float) and not value.is_integer():
+            raise _Invalid(name, f"{key} must be a whole number for type int, got {value!r}.")
+        return int(value)
+    return float(value)
+
+
+def _flag(name: str, key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(name, f"{key} must be true or false, got {value!r}.")
+    return value
+
+
+def _scalars(name: str, key: str, values: object) -> tuple[Any, ...]:
+    """Categorical choices or grid values: a non-empty list of distinct scalars."""
+    if not isinstance(values, (list, tuple)):
+        raise _Invalid(name, f"{key} must be a list, e.g. {key}: [32, 64], got {values!r}.")
+    out = tuple(values)
+    if not out:
+        raise _Invalid(name, f"{key} is empty; give at least one value.")
+    seen: dict[Any, Any] = {}
+    for i, value in enumerate(out, 1):
+        if not isinstance(value, _SCALARS):
+            raise _Invalid(
+                name,
+                f"{key} may hold only numbers, strings, true/false or null (what Optuna "
+                f"can store), but value {i} is {value!r} ({type(value).__name__}); "
+                "encode it as a string and decode it in your code.",
+            )
+        if value in seen:  # == equality: 1, 1.0 and True are one value to Optuna too
+            first = seen[value]
+            same = "twice" if repr(first) == repr(value) else f"and {first!r}, which are equal"
+            raise _Invalid(name, f"{key} holds {value!r} {same}; keep one.")
+        seen[value] = value
+    return out
+
+
+def _step_count(name: str, low: Any, high: Any, step: Any) -> int:
+    """Number of steps from low to high; refuses a range that is not a whole number of
+    steps (Optuna would shrink it with a warning)."""
+    exact = (Decimal(repr(high)) - Decimal(repr(low))) / Decimal(repr(step))
+    if exact != exact.to_integral_value():
+        fit = Decimal(repr(low)) + int(exact) * Decimal(repr(step))
+        above = fit + Decimal(repr(step))
+        fits = f"{fit} or {above}" if int(exact) else f"{above}"
+        raise _Invalid(
+            name,
+            f"the range {low}..{high} is not a whole number of steps of {step}; "
+            f"set high to {fits}, or change step.",
+        )
+    return int(exact)
+
+
+class Param(ABC):
+    """One parameter of a search space. Subclasses are frozen dataclasses."""
+
+    name: str
+
+    @abstractmethod
+    def distribution(self) -> BaseDistribution | None:
+        """The Optuna distribution; ``None`` for :class:`Fixed`."""
+
+    @abstractmethod
+    def grid_values(self) -> list[Any] | None:
+        """The values a grid search tries; ``None`` when the parameter is continuous."""
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """The file form, e.g. ``{"type": "int", "low": 1, "high": 8}``."""
+
+    def _grid_size(self) -> int | None:
+        values = self.grid_values()
+        return None if values is None else len(values)
+
+    @abstractmethod
+    def _misfit(self, value: Any) -> str | None:
+        """Why ``value`` does not fit this parameter, or ``None`` when it does."""
+
+
+class _Range(Param):
+    """Shared by :class:`Float` and :class:`Int`: a number in ``[low, high]``."""
+
+    _kind = "float"
+    low: Any
+    high: Any
+    log: bool
+    step: Any
+
+    def __post_init__(self) -> None:
+        name, whole = _check_name(self.name), self._kind == "int"
+        low = _number(name, "low", self.low, whole=whole)
+        high = _number(name, "high", self.high, whole=whole)
+        step = self.step
+        if step is not None or whole:  # an Int always has a step
+            step = _number(name, "step", step, whole=whole)
+        log = _flag(name, "log", self.log)
+        if low >= high:
+            raise _Invalid(
+                name,
+                f"low ({low}) must be less than high ({high}); swap them, or use "
+                "type: fixed for a single value.",
+            )
+        if step is not None and step <= 0:
+            raise _Invalid(name, f"step must be positive, got {step}.")
+        if log and low <= 0:
+            raise _Invalid(
+                name,
+                f"log: true needs low > 0, got low = {low}; use a small positive low "
+                f"such as {1 if whole else 1e-8}, or drop log.",
+            )
+        if log and step != (1 if whole else None):
+            raise _Invalid(name, f"log: true cannot be combined with step {step}; drop one.")
+        if step is not None:
+            _step_count(name, low, high, step)
+        for key, value in (("low", low), ("high", high), ("log", log), ("step", step)):
+            object.__setattr__(self, key, value)
+
+    def distribution(self) -> BaseDistribution:
+        kind = "IntDistribution" if self._kind == "int" else "FloatDistribution"
+        cls = getattr(_optuna_distributions(), kind)
+        return cls(self.low, self.high, log=self.log, step=self.step)  # type: ignore[no-any-return]
+
+    def _grid_size(self) -> int | None:
+        if self.step is None:
+            return None
+        return _step_count(self.name, self.low, self.high, self.step) + 1
+
+    def grid_values(self) -> list[Any] | None:
+        if self.step is None:
+            return None
+        if self._kind == "int":
+            return list(range(self.low, self.high + 1, self.step))
+        n = _step_count(self.name, self.low, self.high, self.step)
+        low, step = Decimal(repr(self.low)), Decimal(repr(self.step))
+        return [float(low + i * step) for i in range(n + 1)]  # 0.1 + 2 * 0.1 is 0.3 here
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self._kind, "low": self.low, "high": self.high}
+        if self.log:
+            out["log"] = True
+        if self.step != (1 if self._kind == "int" else None):
+            out["step"] = self.step
+        return out
+
+    def _misfit(self, value: Any) -> str | None:
+        number = (int,) if self._kind == "int" else (int, float)
+        if isinstance(value, bool) or not isinstance(value, number):
+            return f"is not {'a whole number' if self._kind == 'int' else 'a number'}"
+        if not self.low <= value <= self.high:
+            return f"is outside [{self.low}, {self.high}]"
+        if self.step is not None:
+            steps = (value - self.low) / self.step
+            if not math.isclose(steps, round(steps), abs_tol=1e-8):
+                return f"is not low + a multiple of step ({self.step})"
+        return None
+
+
+@dataclass(frozen=True)
+class Float(_Range):
+    """A real number in ``[low, high]``; ``log`` samples on a log scale, ``step``
+    discretises (``low``, ``low + step``, ... ``high``). Optuna's ``FloatDistribution``."""
+
+    name: str
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = None
+
+
+@dataclass(frozen=True)
+class Int(_Range):
+    """A whole number in ``[low, high]`` in steps of ``step``; ``log`` samples on a log
+    scale (then step must be 1). Optuna's ``IntDistribution``."""
+
+    name: str
+    low: int
+    high: int
+    step: int = 1
+    log: bool = False
+    _kind = "int"
+
+
+class _Choices(Param):
+    """Shared by :class:`Categorical` and :class:`Grid`: a finite list of scalars."""
+
+    _key = "choices"
+
+    @property
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, self._key))
+
+    def __post_init__(self) -> None:
+        name = _check_name(self.name)
+        object.__setattr__(self, self._key, _scalars(name, self._key, getattr(self, self._key)))
+
+    @cached_property
+    def _lookup(self) -> frozenset[Any]:
+        return frozenset(self._values)
+
+    def distribution(self) -> BaseDistribution:
+        return _optuna_distributions().CategoricalDistribution(self._values)  # type: ignore[no-any-return]
+
+    def grid_values(self) -> list[Any]:
+        return list(self._values)
+
+    def to_dict(self) -> dict[str, Any]:
+        kind = "categorical" if self._key == "choices" else "grid"
+        return {"type": kind, self._key: list(self._values)}
+
+    def _misfit(self, value: Any) -> str | None:
+        try:
+            found = value in self._lookup
+        except TypeError:  # unhashable: a list or a dict
+            found = False
+        return None if found else f"is not one of {list(self._values)!r}"
+
+
+@dataclass(frozen=True)
+class Categorical(_Choices):
+    """One of ``choices`` (numbers, strings, booleans, ``None``). Optuna's
+    ``CategoricalDistribution``."""
+
+    name: str
+    choices: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Grid(_Choices):
+    """An explicit grid axis: ``values`` are tried in turn by a grid search; any other
+    sampler treats them as categorical choices."""
+
+    name: str
+    values: tuple[Any, ...]
+    _key = "values"
+
+
+@dataclass(frozen=True)
+class Fixed(Param):
+    """A constant: passed to every trial, never sampled."""
+
+    name: str
+    value: Any
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+
+    def distribution(self) -> BaseDistribution | None:
+        return None
+
+    def grid_values(self) -> list[Any]:
+        return [self.value]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "fixed", "value": self.value}
+
+    def _misfit(self, value: Any) -> str | None:
+        return None if value == self.value else f"differs from the fixed value {self.value!r}"
+
+
+@dataclass(frozen=True)
+class Space:
+    """A search space: ``params``, and for a CSV of configurations, exactly the trials to
+    run (``configurations``, in order; ``params`` then hold a :class:`Categorical` per
+    column so that Optuna can store the values)."""
+
+    params: tuple[Param, ...] = ()
+    configurations: tuple[dict[str, Any], ...] | None = None
+
+    def __post_init__(self) -> None:
+        params = tuple(self.params)
+        seen: set[str] = set()
+        for p in params:
+            if not isinstance(p, Param):
+                raise ConfigError(
+                    f"A space holds Param objects (Float, Int, Categorical, Grid, Fixed), "
+                    f"got {p!r}."
+                )
+            if p.name in seen:
+                raise ConfigError(f"Parameter {p.name!r} is defined twice; keep one of them.")
+            seen.add(p.name)
+        object.__setattr__(self, "params", params)
+        if self.configurations is not None:
+            configs = tuple(dict(c) for c in self.configurations)
+            if not configs:
+                raise ConfigError("The space has an empty list of configurations; give one.")
+            for i, config in enumerate(configs, 1):
+                extra = [k for k in config if k not in seen]
+                if extra:
+                    raise ConfigError(
+                        f"Configuration {i} sets {', '.join(map(repr, extra))}, which the "
+                        "space does not define; add a parameter for it."
+                    )
+                self.validate(config, where=f"Configuration {i}")
+            object.__setattr__(self, "configurations", configs)
+
+    @property
+    def names(self) -> list[str]:
+        """The parameter names, in order."""
+        return [p.name for p in self.params]
+
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """Optuna distributions of every parameter that is not :class:`Fixed`."""
+        return {p.name: d for p in self.params if (d := p.distribution()) is not None}
+
+    def fixed(self) -> dict[str, Any]:
+        """The fixed values, by name."""
+        return {p.name: p.value for p in self.params if isinstance(p, Fixed)}
+
+    def grid_axes(self) -> dict[str, list[Any]]:
+        """The values of every parameter that is not fixed, as Optuna's ``GridSampler``
+        takes them. Raises :class:`ConfigError` for a continuous float, or when the
+        product has more than :data:`MAX_GRID_POINTS` points."""
+        sizes: dict[str, int] = {}
+        continuous = []
+        for p in self.params:
+            if not isinstance(p, Fixed):
+                size = p._grid_size()
+                if size is None:
+                    continuous.append(p.name)
+                else:
+                    sizes[p.name] = size
+        if continuous:
+            raise ConfigError(
+                f"A grid search needs a finite list of values for every parameter, but "
+                f"{', '.join(map(repr, continuous))} is a continuous float; give it a step, "
+                "or use values: [...] (type: grid)."
+            )
+        total = math.prod(sizes.values())
+        if total > MAX_GRID_POINTS:
+            shape = " x ".join(f"{n}: {s:,}" for n, s in sizes.items())
+            raise ConfigError(
+                f"The grid has {total:,} points ({shape}), more than {MAX_GRID_POINTS:,}. "
+                "Use fewer values or coarser steps, or a sampler that does not enumerate "
+                "the grid, such as 'tpe' or 'random'."
+            )
+        return {p.name: p.grid_values() or [] for p in self.params if p.name in sizes}
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every point of the grid (the cartesian product of :meth:`grid_axes`, first
+        parameter slowest), fixed values included. For a CSV space: its configurations."""
+        if self.configurations is not None:
+            return [self.complete(c) for c in self.configurations]
+        axes = self.grid_axes()
+        names = list(axes)
+        return [
+            self.complete(dict(zip(names, combo, strict=True)))
+            for combo in itertools.product(*axes.values())
+        ]
+
+    def complete(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` with the fixed values added, in the order of the space (names the
+        space does not know come last). Does not validate; see :meth:`validate`."""
+        out = {
+            p.name: params.get(p.name, getattr(p, "value", None))
+            for p in self.params
+            if p.name in params or isinstance(p, Fixed)
+        }
+        out.update((k, v) for k, v in params.items() if k not in out)
+        return out
+
+    def validate(self, params: Mapping[str, Any], *, where: str = "Configuration") -> None:
+        """Raise :class:`ConfigError` unless ``params`` gives every parameter that is not
+        fixed a value that fits it. Unknown names are refused, except in a space of
+        configurations (a CSV), whose columns are the space."""
+        if not isinstance(params, Mapping):
+            raise ConfigError(f"{where} must be a mapping of name to value, got {params!r}.")
+        known = {p.name: p for p in self.params}
+        unknown = [k for k in params if k not in known]
+        if unknown and self.configurations is None:
+            raise ConfigError(
+                f"{where} sets {', '.join(map(repr, unknown))}, which the space does not "
+                f"define; its parameters are: {', '.join(known) or '(none)'}."
+            )
+        missing = [n for n, p in known.items() if n not in params and not isinstance(p, Fixed)]
+        if missing:
+            raise ConfigError(
+                f"{where} gives no value for {', '.join(map(repr, missing))}; give every "
+                "parameter of the space a value."
+            )
+        for name, value in params.items():
+            problem = known[name]._misfit(value) if name in known else None
+            if problem:
+                raise ConfigError(f"{where}: {name} = {value!r} {problem}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file form: ``{name: spec}``, or ``{"params": ..., "configurations": [...]}``."""
+        params = {p.name: p.to_dict() for p in self.params}
+        if self.configurations is None:
+            return params
+        return {"params": params, "configurations": [dict(c) for c in self.configurations]}
+
+
+# -- from mappings and files ---------------------------------------------------------
+
+_TYPES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    # file type: (canonical type, required keys, optional keys)
+    "float": ("float", ("low", "high"), ("log", "step")),
+    "loguniform": ("float", ("low", "high"), ("log", "step")),
+    "logfloat": ("float", ("low", "high"), ("log", "step")),
+    "int": ("int", ("low", "high"), ("step", "log")),
+    "categorical": ("categorical", ("choices",), ()),
+    "grid": ("grid", ("values",), ()),
+    "fixed": ("fixed", ("value",), ()),
+}
+
+
+def _param_from_spec(name: str, raw: object) -> Param:
+    """One file entry: a mapping with a ``type``, a list (categorical), or a scalar (fixed)."""
+    if isinstance(raw, (list, tuple)):
+        return Categorical(name, tuple(raw))
+    if not isinstance(raw, Mapping):
+        return Fixed(name, raw)
+    spec = dict(raw)
+    kind = spec.pop("type", None)
+    valid = ", ".join(_TYPES)
+    if kind is None:
+        raise _Invalid(
+            name,
+            f"has no 'type'; valid types are: {valid}. To fix a mapping as the value, "
+            "write {type: fixed, value: {...}}.",
+        )
+    if not isinstance(kind, str) or kind.lower() not in _TYPES:
+        raise _Invalid(name, f"unknown type {kind!r}; valid types are: {valid}.")
+    canonical, required, optional = _TYPES[kind.lower()]
+    allowed = ("type", *required, *optional)
+    for key in spec:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise _Invalid(
+                name,
+                f"unknown key {key!r} for type {kind}; allowed keys are: "
+                f"{', '.join(allowed)}.{hint}",
+            )
+    missing = [k for k in required if k not in spec]
+    if missing:
+        raise _Invalid(name, f"type {kind} needs {' and '.join(map(repr, missing))}.")
+    if kind.lower() in ("loguniform", "logfloat") and spec.setdefault("log", True) is not True:
+        raise _Invalid(name, f"type {kind} is always log; drop log, or use type: float.")
+    if canonical == "float":
+        return Float(name, **spec)
+    if canonical == "int":
+        return Int(name, **spec)
+    if canonical == "categorical":
+        return Categorical(name, spec["choices"])
+    if canonical == "grid":
+        return Grid(name, spec["values"])
+    return Fixed(name, spec["value"])
+
+
+def _where(source: str, name: object, lines: Mapping[str, int]) -> str:
+    line = lines.get(name) if isinstance(name, str) else None
+    return f"{source}, line {line}, parameter {name!r}" if line else f"{source}, parameter {name!r}"
+
+
+def _from_configurations(configs: object, params: list[Param], source: str) -> Space:
+    """A space of configurations: columns not among ``params`` become categoricals of
+    their distinct values (first seen first)."""
+    if not isinstance(configs, (list, tuple)) or not configs:
+        raise ConfigError(f"{source}: configurations must be a non-empty list of mappings.")
+    known = {p.name for p in params}
+    columns: dict[str, dict[Any, None]] = {}
+    for i, config in enumerate(configs, 1):
+        if not isinstance(config, Mapping):
+            raise ConfigError(f"{source}, configuration {i}: must be a mapping of name to value.")
+        for key, value in config.items():
+            if key in known:
+                continue
+            try:
+                _check_name(key)
+            except _Invalid as exc:
+                raise ConfigError(f"{source}, configuration {i}, {key!r}: {exc.problem}") from None
+            if not isinstance(value, _SCALARS):
+                raise ConfigError(
+                    f"{source}, configuration {i}: {key} = {value!r}; configurations hold "
+                    "numbers, strings, true/false or null. Encode it as a string and decode "
+                    "it in your code."
+                )
+            columns.setdefault(key, {}).setdefault(value, None)
+    derived = [Categorical(key, tuple(values)) for key, values in columns.items()]
+    try:
+        return Space((*params, *derived), tuple(dict(c) for c in configs))
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def sweep_from_dict(
+    data: Mapping[str, Any], *, source: str = "space", _lines: Mapping[str, int] | None = None
+) -> tuple[Space, dict[str, Any]]:
+    """A space and the other settings of a mapping in the file form.
+
+    The mapping is either ``{name: spec, ...}`` (no other settings) or wrapped:
+    ``{"params": {name: spec}, "configurations": [...], **settings}``; ``settings``
+    (``sampler``, ``direction``, ...) are returned as they are, unchecked.
+    """
+    lines = _lines or {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{source}: a search space must be a mapping of parameter name to "
+            f"specification, got {type(data).__name__}."
+        )
+    wrapped = any(key in data for key in _RESERVED)
+    raw_params = data.get("params", {}) if wrapped else data
+    settings = {k: v for k, v in data.items() if k not in _RESERVED} if wrapped else {}
+    if not isinstance(raw_params, Mapping):
+        raise ConfigError(f"{source}: 'params' must be a mapping of parameter name to spec.")
+    params: list[Param] = []
+    for name, raw in raw_params.items():
+        try:
+            params.append(_param_from_spec(_check_name(name), raw))
+        except _Invalid as exc:
+            raise ConfigError(f"{_where(source, name, lines)}: {exc.problem}") from None
+    if wrapped and "configurations" in data:
+        return _from_configurations(data["configurations"], params, source), settings
+    if not params:
+        raise ConfigError(
+            f"{source} defines no parameters; give at least one, e.g. "
+            "lr: {type: float, low: 1.0e-5, high: 0.1, log: true}."
+        )
+    return Space(tuple(params)), settings
+
+
+def space_from_dict(data: Mapping[str, Any], *, source: str = "space") -> Space:
+    """A space from a mapping in the file form (see ``docs/sweep-space.md``); the other
+    settings of a wrapped mapping are ignored (:func:`sweep_from_dict` returns them)."""
+    return sweep_from_dict(data, source=source)[0]
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"Search space file not found: {str(path)!r} (relative paths start at "
+            f"{os.getcwd()}). Check the path."
+        ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a directory; give the search space file in it.") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc.reason}); save it as UTF-8.") from None
+
+
+def _yaml() -> Any:
+    try:
+        return importlib.import_module("yaml")  # no type stubs: typed as Any on purpose
+    except ImportError:
+        raise MissingExtraError("pyyaml", "sweep", "Reading a YAML search space") from None
+
+
+def _load_yaml(text: str, path: Path) -> tuple[Any, dict[str, int]]:
+    """The document, and the line of each parameter (top level, or under ``params``)."""
+    yaml = _yaml()
+    # PyYAML follows YAML 1.1, where 1e-5 (no dot) is a string; 1.2 and users say float.
+    loader_class: Any = type("_Loader", (yaml.SafeLoader,), {})
+    loader_class.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        data = None if node is None else loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and start is not None:
+            context = f" ({context} that starts on line {start.line + 1})"
+        raise ConfigError(
+            f"{path}{at}: YAML syntax error: {problem}{context or ''}. "
+            "Check the indentation and quoting there."
+        ) from None
+    finally:
+        loader.dispose()
+    _refuse_duplicate_keys(node, path, yaml)
+    lines: dict[str, int] = {}
+    for key, value in node.value if isinstance(node, yaml.MappingNode) else ():
+        if isinstance(key, yaml.ScalarNode):
+            lines.setdefault(key.value, key.start_mark.line + 1)
+            if key.value == "params" and isinstance(value, yaml.MappingNode):
+                lines.update((k.value, k.start_mark.line + 1) for k, _ in value.value)
+    return data, lines
+
+
+def _refuse_duplicate_keys(node: Any, path: Path, yaml: Any) -> None:
+    """PyYAML keeps the last of two equal keys without a word; a sweep must not."""
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, path, yaml)
+    elif isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                line = key.start_mark.line + 1
+                if key.value in seen:
+                    raise ConfigError(
+                        f"{path}, line {line}: {key.value!r} is given twice (first on line "
+                        f"{seen[key.value]}); keep one of them."
+                    )
+                seen[key.value] = line
+            _refuse_duplicate_keys(value, path, yaml)
+
+
+def _load_toml(text: str, path: Path) -> tuple[Any, dict[str, int]]:
+    name = "tomllib" if sys.version_info >= (3, 11) else "tomli"
+    try:
+        tomllib: Any = importlib.import_module(name)
+    except ImportError:
+        raise MissingExtraError("tomli", "sweep", "Reading a TOML file on Python 3.10") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        found = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)
+        at = f", line {found[1]}, column {found[2]}" if found else ""
+        problem = message.replace(found[0], "") if found else message
+        raise ConfigError(
+            f"{path}{at}: TOML syntax error: {problem}. Strings need quotes "
+            '(name = "adam"), inline tables braces (lr = {type = "float", ...}).'
+        ) from None
+    return data, _toml_lines(text)
+
+
+def _toml_lines(text: str) -> dict[str, int]:
+    """The line of each top-level key, ``[name]`` or ``[params.name]`` table, and key
+    under ``[params]``: TOML parsers report no positions, so this reads the text."""
+    key = r'(?:"([^"]+)"|\'([^\']+)\'|([A-Za-z0-9_-]+))'
+    header = re.compile(rf"\s*\[\s*(?:params\s*\.\s*)?{key}\s*\]")
+    assignment = re.compile(rf"\s*{key}\s*=")
+    lines: dict[str, int] = {}
+    table: str | None = ""  # "" the root, "params", or None inside any other table
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("["):
+            found = header.match(line)
+            table = "params" if found and line.split("]")[0].strip("[ ") == "params" else None
+            if found and table is None:
+                lines.setdefault(next(g for g in found.groups() if g), number)
+        elif table is not None and (found := assignment.match(line)):
+            lines.setdefault(next(g for g in found.groups() if g), number)
+    return lines
+
+
+def _cell(text: str) -> Any:
+    """A CSV value: int, then float, then true/false, else the string itself."""
+    if _CSV_INT.fullmatch(text):
+        return int(text)
+    if _CSV_FLOAT.fullmatch(text):
+        return float(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def _load_csv(text: str, path: Path) -> Space:
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if not header or not any(h.strip() for h in header):
+        raise ConfigError(
+            f"{path} is empty; its first line must name the parameters (lr,batch_size,...) "
+            "and each following line give one configuration."
+        )
+    names = [h.strip() for h in header]
+    for column, name in enumerate(names, 1):
+        if not name:
+            raise ConfigError(f"{path}, line 1, column {column}: the header has no name there.")
+        if names.index(name) != column - 1:
+            raise ConfigError(f"{path}, line 1: column {name!r} appears twice; keep one.")
+        try:
+            _check_name(name)
+        except _Invalid as exc:
+            raise ConfigError(
+                f"{path}, line 1, column {column} ({name!r}): {exc.problem}"
+            ) from None
+    rows: list[dict[str, Any]] = []
+    for row in reader:
+        line = reader.line_num
+        if not any(cell.strip() for cell in row):
+            continue  # blank line
+        if len(row) != len(names):
+            raise ConfigError(
+                f"{path}, line {line} (row {len(rows) + 1}): has {len(row)} values but the "
+                f"header names {len(names)} columns ({', '.join(names)}); fix that row."
+            )
+        config = {}
+        for column, (name, cell) in enumerate(zip(names, row, strict=True), 1):
+            if not cell.strip():
+                raise ConfigError(
+                    f"{path}, line {line} (row {len(rows) + 1}), column {column} ({name}): "
+                    "the value is empty; every configuration must set every column."
+                )
+            config[name] = _cell(cell.strip())
+        rows.append(config)
+    if not rows:
+        raise ConfigError(
+            f"{path} has a header but no configurations; add one per line from line 2 on."
+        )
+    return _from_configurations(rows, [], str(path))
+
+
+def load_sweep_file(path: str | os.PathLike[str]) -> tuple[Space, dict[str, Any]]:
+    """The space of a ``.yaml``/``.yml``, ``.toml`` or ``.csv`` file, and the settings
+    next to ``params:`` in a wrapped YAML/TOML file (empty otherwise)."""
+    path = Path(path)
+    if path.suffix.lower() not in _EXTENSIONS:
+        raise ConfigError(
+            f"Cannot tell the format of {str(path)!r} from its extension; use one of: "
+            f"{', '.join(_EXTENSIONS)}."
+        )
+    text = _read_text(path)
+    if path.suffix.lower() == ".csv":
+        return _load_csv(text, path), {}
+    load = _load_toml if path.suffix.lower() == ".toml" else _load_yaml
+    data, lines = load(text, path)
+    if data is None:
+        raise ConfigError(f"{path} is empty; give one entry per parameter.")
+    return sweep_from_dict(data, source=str(path), _lines=lines)
+
+
+def load_space(path: str | os.PathLike[str]) -> Space:
+    """The space of a ``.yaml``/``.yml``, ``.toml`` or ``.csv`` file; other settings
+    in the file are ignored (:func:`load_sweep_file` returns them)."""
+    return load_sweep_file(path)[0]
+
+
+def as_space(space: Space | Mapping[str, Any] | str | os.PathLike[str]) -> Space:
+    """What ``paralela.sweep(space=...)`` accepts: a :class:`Space`, a mapping in the
+    file form, or the path of a file."""
+    if isinstance(space, Space):
+        return space
+    if isinstance(space, Mapping):
+        return space_from_dict(space)
+    if isinstance(space, (str, os.PathLike)):
+        return load_space(space)
+    raise ConfigError(
+        f"space must be a Space, a mapping or a file path, got {type(space).__name__}."
+    )

@@ -1,0 +1,180 @@
+"""The Optuna side of a sweep: storage, sampler, pruner, and recovery after a crash.
+
+Storage: SQLite in the run directory by default (a real database, embedded); a URL
+(``postgresql://...``) when several nodes share a sweep; Optuna's journal file when the
+run directory is on a network filesystem, where SQLite's locking is unsafe.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paralela.errors import ConfigError, MissingExtraError
+
+__all__ = [
+    "PRUNERS",
+    "SAMPLERS",
+    "StorageChoice",
+    "choose_storage",
+    "make_pruner",
+    "make_sampler",
+    "open_storage",
+    "recover_interrupted",
+]
+
+DRIVER_ATTR = "paralela:driver"
+INTERRUPTED_ATTR = "paralela:interrupted"
+RERUN_ATTR = "paralela:rerun_of"
+UNUSED_ATTR = "paralela:unused"  # asked ahead but never started (the run stopped first)
+
+SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "nsga2", "nsga3", "qmc")
+PRUNERS = ("none", "median", "percentile", "halving", "hyperband")
+
+
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError as exc:
+        raise MissingExtraError("optuna", "sweep", "paralela sweep") from exc
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+@dataclass(frozen=True)
+class StorageChoice:
+    """Where a study lives: ``spec`` (a URL, or ``journal:PATH``) and why."""
+
+    spec: str
+    note: str | None = None
+
+
+def choose_storage(run_dir: Path, storage: str | None) -> StorageChoice:
+    """The user's storage, or SQLite in ``run_dir`` (a journal file on network filesystems)."""
+    if storage:
+        if not (storage.startswith("journal:") or "://" in storage):
+            raise ConfigError(
+                f"storage {storage!r} is not a database URL; use e.g. "
+                "'postgresql://user@host/db', 'sqlite:///path/study.db' or 'journal:PATH'."
+            )
+        return StorageChoice(storage)
+    from paralela.resources._filesystems import filesystem_of
+    from paralela.resources._mounts import read_mounts
+
+    fs = filesystem_of("run", str(run_dir), read_mounts())
+    if fs.kind == "network":
+        return StorageChoice(
+            f"journal:{run_dir.resolve() / 'study.journal'}",
+            note=(
+                f"{run_dir} is on a network filesystem ({fs.fstype}), where SQLite locking "
+                "is unsafe: using Optuna's journal file storage instead."
+            ),
+        )
+    return StorageChoice(f"sqlite:///{run_dir.resolve() / 'study.db'}")
+
+
+def open_storage(spec: str) -> Any:
+    """An Optuna storage object for ``spec``."""
+    optuna = _optuna()
+    if spec.startswith("journal:"):
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(spec.removeprefix("journal:")))
+    engine_kwargs = {"connect_args": {"timeout": 60}} if spec.startswith("sqlite") else {}
+    return optuna.storages.RDBStorage(spec, engine_kwargs=engine_kwargs)
+
+
+def make_sampler(name: str, *, seed: int | None, grid: dict[str, list[Any]] | None) -> Any:
+    """An Optuna sampler by name; see :data:`SAMPLERS`."""
+    optuna = _optuna()
+    key = name.lower().replace("-", "").replace("_", "")
+    if key == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if key == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if key == "grid":
+        if grid is None:
+            raise ConfigError("sampler 'grid' needs a space whose parameters all have values.")
+        return optuna.samplers.GridSampler(grid, seed=seed)
+    if key in ("cmaes", "cma"):
+        _need("cmaes", "CMA-ES sampling")
+        return optuna.samplers.CmaEsSampler(seed=seed)
+    if key == "gp":
+        _need("scipy", "the GP sampler")
+        _need("torch", "the GP sampler")
+        return optuna.samplers.GPSampler(seed=seed)
+    if key in ("nsga2", "nsgaii"):
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    if key in ("nsga3", "nsgaiii"):
+        return optuna.samplers.NSGAIIISampler(seed=seed)
+    if key == "qmc":
+        _need("scipy", "QMC sampling")
+        return optuna.samplers.QMCSampler(seed=seed)
+    raise ConfigError(f"Unknown sampler {name!r}; valid samplers are: {', '.join(SAMPLERS)}.")
+
+
+def _need(module: str, purpose: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(f"{purpose} needs the Python package '{module}': pip install {module}")
+
+
+def make_pruner(name: str | None) -> Any:
+    """An Optuna pruner by name; see :data:`PRUNERS`."""
+    optuna = _optuna()
+    key = (name or "none").lower().replace("-", "_")
+    if key in ("none", "nop"):
+        return optuna.pruners.NopPruner()
+    if key == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=1)
+    if key == "percentile":
+        return optuna.pruners.PercentilePruner(25.0, n_startup_trials=4, n_warmup_steps=1)
+    if key in ("halving", "successive_halving", "sha", "asha"):
+        return optuna.pruners.SuccessiveHalvingPruner()
+    if key == "hyperband":
+        return optuna.pruners.HyperbandPruner()
+    raise ConfigError(f"Unknown pruner {name!r}; valid pruners are: {', '.join(PRUNERS)}.")
+
+
+def driver_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _driver_alive(identity: str) -> bool:
+    host, _, pid = identity.rpartition(":")
+    if host != socket.gethostname():
+        return True  # another node's driver: assume it lives (its own restart recovers it)
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return True
+
+
+def recover_interrupted(study: Any) -> list[int]:
+    """Fail the trials a dead driver left RUNNING and queue each for one re-run.
+
+    Returns the numbers of the trials recovered. A trial whose driver runs on another
+    host is left alone: that driver (or its restart) owns it.
+    """
+    _optuna()
+    from optuna.trial import TrialState
+
+    storage = study._storage
+    recovered = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = trial.system_attrs.get(DRIVER_ATTR)
+        if owner is not None and (owner == driver_identity() or _driver_alive(owner)):
+            continue
+        storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_ATTR, True)
+        storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+        if trial.params:
+            study.enqueue_trial(trial.params, user_attrs={RERUN_ATTR: trial.number})
+        recovered.append(trial.number)
+    return recovered

@@ -1,0 +1,274 @@
+"""Running one trial: a function in a pinned worker process, or a command as a process.
+
+::
+
+    function trial: backend.submit(run_function_trial, Broadcast(job), spec)
+        worker: output to the trial's log; objective(params); report() -> storage;
+                TrialPruned -> PRUNED; exception -> FAIL with its traceback
+    command trial:  Popen(argv with {param} filled in, env = slot + trial variables,
+                    own process group, output to the trial's log, a report pipe)
+        reader thread: report lines -> events; end of pipe + exit code -> event
+        terminate(): SIGTERM to the group, SIGKILL after the grace period
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import string
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from queue import SimpleQueue
+from typing import Any
+
+from paralela.errors import ConfigError
+from paralela.sweeping._report import (
+    ENV_PARAMS,
+    ENV_REPORT_FD,
+    ENV_TRIAL_NUMBER,
+    FunctionTrialContext,
+    TrialPruned,
+    set_function_context,
+)
+
+__all__ = [
+    "CommandTrial",
+    "FunctionJob",
+    "TrialOutcome",
+    "TrialSpec",
+    "check_command",
+    "run_function_trial",
+]
+
+LOG_TAIL_BYTES = 2000
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    trial_id: int
+    number: int
+    params: dict[str, Any]
+    log_path: str
+
+
+@dataclass
+class TrialOutcome:
+    """How a trial ended, as the runner saw it."""
+
+    number: int
+    state: str  # "COMPLETE", "PRUNED" or "FAIL"
+    values: list[float] | None
+    started: float
+    finished: float
+    error: str | None = None
+    exit_code: int | None = None
+    devices: str | None = None
+    pid: int | None = None
+
+
+@dataclass
+class FunctionJob:
+    """What every function trial shares; sent once per worker."""
+
+    objective: Callable[[dict[str, Any]], Any]
+    storage_spec: str
+    study_name: str
+    pruner: Any
+    _study: Any = field(default=None, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_study": None}
+
+    def study(self) -> Any:
+        """The study, opened once per worker, with the sweep's pruner."""
+        if self._study is None:
+            import optuna
+
+            from paralela.sweeping._study import open_storage
+
+            self._study = optuna.load_study(
+                study_name=self.study_name,
+                storage=open_storage(self.storage_spec),
+                pruner=self.pruner,
+            )
+        return self._study
+
+
+def log_tail(path: str | Path, limit: int = LOG_TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of a log, for error messages."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _values(result: Any) -> list[float]:
+    if isinstance(result, (list, tuple)):
+        return [float(v) for v in result]
+    return [float(result)]
+
+
+@contextlib.contextmanager
+def _output_to(path: str) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2) to ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "ab", buffering=0) as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def run_function_trial(job: FunctionJob, spec: TrialSpec) -> TrialOutcome:
+    """Run one function trial in this (worker) process. Never raises for the trial's sake."""
+    context = FunctionTrialContext(job.study, spec.trial_id, spec.number, spec.params)
+    started = time.time()
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    set_function_context(context)
+    state, values, error = "COMPLETE", None, None
+    try:
+        with _output_to(spec.log_path):
+            try:
+                result = job.objective(dict(spec.params))
+                if result is None and context.last_value is None:
+                    state = "FAIL"
+                    error = (
+                        "the objective returned None and reported nothing; return the "
+                        "value to optimise or call paralela.report(value)"
+                    )
+                else:
+                    values = _values(result if result is not None else context.last_value)
+            except TrialPruned:
+                state = "PRUNED"
+            except (Exception, SystemExit) as exc:
+                state = "FAIL"
+                error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                print(error, file=sys.stderr)
+    finally:
+        set_function_context(None)
+    return TrialOutcome(
+        spec.number, state, values, started, time.time(), error, None, devices, os.getpid()
+    )
+
+
+def placeholders(argv: Sequence[str]) -> set[str]:
+    names = set()
+    for arg in argv:
+        for _, name, _, _ in string.Formatter().parse(arg):
+            if name is not None:
+                if name == "" or name.isdigit():
+                    raise ConfigError(
+                        f"The trial command has a positional placeholder in {arg!r}; name the "
+                        "parameter, e.g. {lr}."
+                    )
+                names.add(name.split(".")[0].split("[")[0])
+    return names
+
+
+def check_command(argv: Sequence[str], param_names: Sequence[str]) -> None:
+    """Refuse, before any trial runs, a command that cannot start or names unknown params."""
+    if not argv:
+        raise ConfigError("The trial command is empty; give it after '--'.")
+    import shutil
+
+    if shutil.which(argv[0]) is None and not Path(argv[0]).is_file():
+        raise ConfigError(
+            f"Trial command not found: {argv[0]!r} is neither on PATH nor a file. "
+            "Check the spelling, or give its full path."
+        )
+    unknown = placeholders(argv) - set(param_names)
+    if unknown:
+        raise ConfigError(
+            f"The trial command uses {', '.join('{' + u + '}' for u in sorted(unknown))}, "
+            f"which the space does not define; its parameters are: {', '.join(param_names)}."
+        )
+
+
+class CommandTrial:
+    """One command trial's process; events go to ``events`` as tuples:
+    ``("report", self, value, step)`` and finally ``("exit", self, returncode)``."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        spec: TrialSpec,
+        env: dict[str, str],
+        events: SimpleQueue[tuple[Any, ...]],
+    ) -> None:
+        self.spec = spec
+        self.started = time.time()
+        self.devices = env.get("CUDA_VISIBLE_DEVICES")
+        self.last_value: float | None = None
+        self.pruned = False
+        self._events = events
+        report_r, report_w = os.pipe()
+        filled = [arg.format_map(spec.params) for arg in argv]
+        child_env = {
+            **env,
+            ENV_PARAMS: json.dumps(spec.params),
+            ENV_TRIAL_NUMBER: str(spec.number),
+            ENV_REPORT_FD: str(report_w),
+        }
+        with open(spec.log_path, "ab") as log:
+            log.write(f"$ {' '.join(filled)}\n".encode())
+            log.flush()
+            try:
+                self.process = subprocess.Popen(
+                    filled,
+                    env=child_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(report_w,),
+                    start_new_session=True,  # its own group: stopping it stops its children
+                )
+            finally:
+                os.close(report_w)
+        self._reader = threading.Thread(
+            target=self._watch, args=(report_r,), name=f"paralela-trial-{spec.number}", daemon=True
+        )
+        self._reader.start()
+
+    def _watch(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as reports:
+            for line in reports:
+                try:
+                    message = json.loads(line)
+                    value, step = float(message["value"]), int(message["step"])
+                except (ValueError, KeyError, TypeError):
+                    continue  # not ours: the pipe is only written by paralela.report
+                self._events.put(("report", self, value, step))
+        self._events.put(("exit", self, self.process.wait()))
+
+    def terminate(self, grace: float) -> None:
+        """SIGTERM to the trial's process group, SIGKILL if it is still there after ``grace``."""
+        self._signal(signal.SIGTERM)
+        timer = threading.Timer(grace, self._signal, args=(signal.SIGKILL,))
+        timer.daemon = True
+        timer.start()
+
+    def _signal(self, sig: int) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, sig)
