@@ -85,14 +85,7 @@ def run_one(args: argparse.Namespace) -> None:
 
 
 def run_sweep(args: argparse.Namespace) -> None:
-    sweep = getattr(paralela, "sweep", None)
-    if sweep is None:
-        print(
-            f"This version of paralela ({paralela.__version__}) has no paralela.sweep yet; "
-            "run one trial instead: python examples/sweep_digits_mlp.py --lr 0.01"
-        )
-        return
-    result = sweep(
+    result = paralela.sweep(
         train_trial,
         SPACE,
         n_trials=args.trials,

@@ -17,10 +17,21 @@ from paralela.errors import ConfigError
 
 def test_demo_prints_the_table_the_speedup_and_the_equality_check() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "paralela", "demo", "--items", "40", "--workers", "2"],
+        [
+            sys.executable,
+            "-m",
+            "paralela",
+            "demo",
+            "--items",
+            "40",
+            "--workers",
+            "2",
+            "--trials",
+            "4",
+        ],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=90,
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -29,6 +40,14 @@ def test_demo_prints_the_table_the_speedup_and_the_equality_check() -> None:
     assert re.search(r"Speed-up: \d+\.\d\dx on 2 workers \(ideal 2x", out), out
     assert "Results equal: yes (40 x 36 features, serial == parallel)." in out
     assert re.search(r"Summary: 40 items \(40 computed, 0 resumed\)", out), out
+    # The sweep step: 4 real trials of the digits MLP, every one accounted for.
+    for header in ("trials", "complete", "pruned", "failed", "slots", "slots busy"):
+        assert header in out
+    row = re.search(r"│\s+4 │\s+(\d+) │\s+(\d+) │\s+(\d+) │\s+2 │", out)
+    assert row is not None, out
+    assert sum(int(n) for n in row.groups()) == 4
+    assert int(row.group(1)) >= 1  # at least one trial completed
+    assert re.search(r"Best validation loss \d\.\d{4} with \{'lr': ", out), out
 
 
 def test_run_map_demo_measures_both_runs() -> None:
@@ -70,3 +89,15 @@ def test_demo_rejects_zero_items_as_usage_error() -> None:
     result = CliRunner().invoke(app, ["demo", "--items", "0"])
     assert result.exit_code == 2
     assert "--items" in result.output
+
+
+def test_demo_without_the_sweep_step() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "paralela", "demo", "--items", "8", "--trials", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Results equal: yes" in proc.stdout
+    assert "Hyperparameter sweep" not in proc.stdout

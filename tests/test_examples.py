@@ -24,9 +24,14 @@ def run_example(name: str, cwd: Path, *args: str) -> str:
     return proc.stdout
 
 
-def test_every_map_example_is_tested() -> None:
-    tested = {"map_files.py", "map_numpy_shared.py", "map_initializer.py"}
-    assert {p.name for p in EXAMPLES.glob("map_*.py")} == tested
+def test_every_example_is_tested() -> None:
+    tested = {
+        "map_files.py",
+        "map_numpy_shared.py",
+        "map_initializer.py",
+        "sweep_digits_mlp.py",
+    }
+    assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
 def test_map_files_resumes_from_its_run_directory(tmp_path: Path) -> None:
@@ -64,3 +69,15 @@ def test_map_initializer_loads_the_model_once_per_worker(tmp_path: Path) -> None
     workers = int(match[1])
     assert f"model loads: {workers} for 2000 sentences (once per worker)" in out
     assert re.search(r"labels: \{'negative': \d+, 'positive': \d+\}", out), out
+
+
+def test_sweep_digits_mlp_tunes_the_mlp(tmp_path: Path) -> None:
+    out = run_example(
+        "sweep_digits_mlp.py", tmp_path, "--sweep", "--trials", "4", "--run-dir", "run"
+    )
+    assert re.search(r"^4 trials in .*run: \{", out, re.M), out
+    assert "best parameters: {'lr': " in out
+    found = re.search(r"best val_loss: (\d+\.\d+)", out)
+    assert found is not None, out
+    assert 0.0 < float(found.group(1)) < 1.0
+    assert (tmp_path / "run" / "trials.csv").read_text().count("\n") == 5  # header + 4

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -11,11 +11,13 @@ from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail
 from paralela.errors import ConfigError
 
 DEMO_HELP = (
-    "Run a data-parallel map and show its speed-up.\n\n"
+    "Run a data-parallel map and a hyperparameter sweep, and show what they measured.\n\n"
     "Extracts 36 spectral and statistical features from synthetic sensor recordings, "
     "once on one core and once with paralela.map on every usable CPU, checks that both "
     "give the same features, and prints the times, the speed-up and how busy the "
-    "workers were. Takes about 5-10 s on 2 cores."
+    "workers were. Then tunes a small PyTorch MLP on scikit-learn's digits data set "
+    "with paralela.sweep: one trial per slot, median pruning. Takes about 15-25 s on 2 "
+    "cores."
 )
 
 
@@ -39,6 +41,14 @@ def demo(
             show_default=False,
         ),
     ] = None,
+    trials: Annotated[
+        int,
+        typer.Option(
+            "--trials",
+            min=0,
+            help="Trials of the sweep step (a PyTorch MLP on digits); 0 skips it.",
+        ),
+    ] = 12,
 ) -> None:
     """Run the map demo (:func:`paralela.demos.run_map_demo`) and print what it measured."""
     from rich.console import Console
@@ -82,4 +92,43 @@ def demo(
         fail("Results equal: no. The parallel features differ from the serial ones.", EXIT_FAILED)
     console.print(
         f"Results equal: yes ({result.items} x {result.features} features, serial == parallel)."
+    )
+    if trials > 0:
+        _sweep_step(console, trials, workers)
+
+
+def _sweep_step(console: Any, trials: int, workers: int | None) -> None:
+    """The sweep step: tune the digits MLP, one trial per slot, with median pruning."""
+    from rich.table import Table
+
+    from paralela.demos import run_sweep_demo
+    from paralela.errors import MissingExtraError
+
+    console.print(
+        f"\n[bold]Hyperparameter sweep[/bold]: {trials} trials of a PyTorch MLP on the "
+        "digits data set (learning rate, width, batch size), one trial per slot, "
+        "hopeless trials pruned..."
+    )
+    try:
+        sweep = run_sweep_demo(trials, workers)
+    except MissingExtraError as exc:
+        fail(str(exc), EXIT_USAGE)
+    table = Table(title="Sweep: digits MLP", title_justify="left")
+    for column in ("trials", "complete", "pruned", "failed", "slots", "wall s", "slots busy"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        str(sweep.trials),
+        str(sweep.complete),
+        str(sweep.pruned),
+        str(sweep.failed),
+        str(sweep.slots),
+        f"{sweep.wall_seconds:.1f}",
+        f"{sweep.busy_fraction:.0%}",
+    )
+    console.print(table)
+    if sweep.best_value is None:
+        fail("No trial of the sweep completed; see the logs in " + str(sweep.run_dir), EXIT_FAILED)
+    console.print(
+        f"Best validation loss {sweep.best_value:.4f} with {sweep.best_params} "
+        f"(trials, logs and plots in {sweep.run_dir})."
     )

@@ -2,5 +2,13 @@
 and returns what it measured; the command line only prints it."""
 
 from paralela.demos._map_demo import DEFAULT_ITEMS, MapDemoResult, extract_features, run_map_demo
+from paralela.demos._sweep_demo import SweepDemoResult, run_sweep_demo
 
-__all__ = ["DEFAULT_ITEMS", "MapDemoResult", "extract_features", "run_map_demo"]
+__all__ = [
+    "DEFAULT_ITEMS",
+    "MapDemoResult",
+    "SweepDemoResult",
+    "extract_features",
+    "run_map_demo",
+    "run_sweep_demo",
+]

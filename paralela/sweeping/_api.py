@@ -241,7 +241,7 @@ def sweep(
         storage=choice.spec,
         run_dir=root,
         directions=directions,
-        trials=records_from_study(study, records, root / "trials"),
+        trials=records_from_study(study, records, root / "trials", space_.fixed()),
         wall_seconds=wall,
         slots=len(slots),
         busy_fraction=busy,

@@ -11,8 +11,11 @@ from paralela.sweeping._study import INTERRUPTED_ATTR, UNUSED_ATTR
 __all__ = ["records_from_study", "save_plots", "write_outputs"]
 
 
-def records_from_study(study: Any, this_run: list[TrialRecord], log_dir: Path) -> list[TrialRecord]:
-    """Every trial of the study (earlier runs too), with this run's timings and slots."""
+def records_from_study(
+    study: Any, this_run: list[TrialRecord], log_dir: Path, fixed: dict[str, Any]
+) -> list[TrialRecord]:
+    """Every trial of the study (earlier runs too), with this run's timings and slots,
+    and the space's fixed values in every trial's parameters."""
     mine = {r.number: r for r in this_run}
     records = []
     for t in study.get_trials(deepcopy=False):
@@ -36,7 +39,7 @@ def records_from_study(study: Any, this_run: list[TrialRecord], log_dir: Path) -
             )
         record.state = t.state.name
         record.values = list(t.values) if t.values is not None else None
-        record.params = {**record.params, **t.params}
+        record.params = {**record.params, **t.params, **fixed}
         record.intermediate = dict(t.intermediate_values)
         records.append(record)
     return records
