@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
-import string
 import subprocess
 import sys
 import threading
@@ -172,18 +172,25 @@ def run_function_trial(job: FunctionJob, spec: TrialSpec) -> TrialOutcome:
     )
 
 
+# {name} with the characters a parameter name may hold; {{ and }} stand for { and }.
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_.-]*)\}")
+
+
 def placeholders(argv: Sequence[str]) -> set[str]:
-    names = set()
-    for arg in argv:
-        for _, name, _, _ in string.Formatter().parse(arg):
-            if name is not None:
-                if name == "" or name.isdigit():
-                    raise ConfigError(
-                        f"The trial command has a positional placeholder in {arg!r}; name the "
-                        "parameter, e.g. {lr}."
-                    )
-                names.add(name.split(".")[0].split("[")[0])
-    return names
+    """The parameter names that the command's ``{name}`` placeholders use."""
+    return {m.group(1) for arg in argv for m in _PLACEHOLDER.finditer(arg) if m.group(1)}
+
+
+def fill(arg: str, params: dict[str, Any]) -> str:
+    """``arg`` with each ``{name}`` replaced by the parameter's value."""
+
+    def value(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token in ("{{", "}}"):
+            return token[0]
+        return str(params[match.group(1)])
+
+    return _PLACEHOLDER.sub(value, arg)
 
 
 def check_command(argv: Sequence[str], param_names: Sequence[str]) -> None:
@@ -223,7 +230,7 @@ class CommandTrial:
         self.pruned = False
         self._events = events
         report_r, report_w = os.pipe()
-        filled = [arg.format_map(spec.params) for arg in argv]
+        filled = [fill(arg, spec.params) for arg in argv]
         child_env = {
             **env,
             ENV_PARAMS: json.dumps(spec.params),
