@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine (Python >= 3.10 with venv):
-#   make demo   install paralela in .venv and run `paralela demo`
+#   make demo   install paralela (with torch, the sweep and example extras) in .venv and run `paralela demo`
 #   make test   install it with the dev tools and run lint, types and the tests
 PYTHON ?= python3
 VENV   ?= .venv
@@ -15,7 +15,7 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e . $(EDITABLE)
+	$(BIN)/python -m pip install --quiet -e '.[sweep,examples]' $(EDITABLE)
 
 install-dev: $(BIN)/python
 	$(BIN)/python -m pip install --quiet torch==2.13.0
