@@ -42,3 +42,14 @@ def test_cpu_slot_hides_gpus_and_limits_threads() -> None:
 def test_empty_slot_list_is_refused() -> None:
     with pytest.raises(ConfigError, match="slots is empty"):
         ProcessBackend(slots=[])
+
+
+def _slot_index(_: object) -> tuple[str | None, str | None]:
+    return os.environ.get("PARALELA_SLOT"), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_workers_know_their_slot_index() -> None:
+    slots = [Slot("localhost", (0,), ("a",), index=0), Slot("localhost", (0,), ("b",), index=1)]
+    with ProcessBackend(slots=slots) as backend:
+        seen = set(paralela.map(_slot_index, range(20), backend=backend, chunksize=1))
+    assert seen == {("0", "a"), ("1", "b")}

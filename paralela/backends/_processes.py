@@ -58,6 +58,8 @@ MAX_STARTUP_DEATHS = 3
 _WORKER_CODE = "from paralela.backends._worker import main; main()"
 # Set by the driver when workers are pinned to their slot's CPUs (read by the worker).
 AFFINITY_VARIABLE = "PARALELA_CPU_AFFINITY"
+# The index of the slot a pinned worker serves, for tasks that report where they ran.
+SLOT_VARIABLE = "PARALELA_SLOT"
 
 
 class RemoteTraceback(Exception):
@@ -188,6 +190,7 @@ class ProcessBackend(Backend):
                 {
                     **base,
                     **slot.env(),
+                    SLOT_VARIABLE: str(slot.index),
                     **({AFFINITY_VARIABLE: ",".join(map(str, slot.cpus))} if pin_cpus else {}),
                 }
                 for slot in slots

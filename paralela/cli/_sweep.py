@@ -148,7 +148,9 @@ def _print_result(result: object) -> None:
     from paralela.sweeping import SweepResult
 
     assert isinstance(result, SweepResult)
-    console = Console(stderr=False)
+    # No markup: parameter values and paths are printed as they are ("[relu]" included);
+    # soft wrap: a long line stays one line (copyable best parameters).
+    console = Console(stderr=False, markup=False)
     table = Table(title=f"Leaderboard of {result.study_name}", title_justify="left")
     for column in ("rank", "trial", "value", "duration s", "params"):
         table.add_column(column)
@@ -161,9 +163,9 @@ def _print_result(result: object) -> None:
             json.dumps(t.params),
         )
     console.print(table)
-    console.print(result.summary())
+    console.print(result.summary(), soft_wrap=True)
     if result.best_params is not None:
-        console.print(f"Best parameters: {json.dumps(result.best_params)}")
+        console.print(f"Best parameters: {json.dumps(result.best_params)}", soft_wrap=True)
     for note in result.notes:
-        console.print(f"Note: {note}")
-    console.print(f"Trials, logs and plots: {result.run_dir}")
+        console.print(f"Note: {note}", soft_wrap=True)
+    console.print(f"Trials, logs and plots: {result.run_dir}", soft_wrap=True)

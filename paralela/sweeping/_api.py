@@ -132,7 +132,8 @@ def sweep(
         gpus: restrict to these GPUs (``"0,2"``); ``"none"`` for CPU-only slots.
         gpus_per_trial, trials_per_gpu: GPUs per trial; trials sharing one GPU.
         min_free_gpu_memory: skip GPUs with less free memory (GiB) than this.
-        max_failures: stop once more trials than this failed (:class:`SweepError`).
+        max_failures: stop once more trials than this failed (:class:`SweepError`); the
+            trials still running are stopped and queued again for the next run.
         seed: the sampler's seed.
         progress: show the live table (default: on a terminal).
 
@@ -207,6 +208,14 @@ def sweep(
             f"The study {name!r} in {choice.spec} cannot be continued as asked: {exc}. Use "
             "the same direction(s) as before, or another run_dir / study name."
         ) from exc
+    # Optuna loads an existing study whatever direction is asked: refuse a mismatch here.
+    stored = [d.name.lower() for d in study.directions]
+    if stored != directions:
+        raise ConfigError(
+            f"The study {name!r} in {choice.spec} was started with direction(s) "
+            f"{', '.join(stored)}, not {', '.join(directions)}. Use the same direction(s) as "
+            "before, or another run_dir / study name."
+        )
     recovered = recover_interrupted(study)
     if recovered:
         notes.append(f"re-running trials interrupted when a driver died: {recovered}")

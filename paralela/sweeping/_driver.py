@@ -12,7 +12,14 @@
     stop a pruned command (SIGTERM, then SIGKILL); on an end: study.tell(), free the slot
 
 Trials left RUNNING by a driver that died are failed and queued again on the next run
-(see ``_study.recover_interrupted``); finished trials are never run again.
+(see ``_study.recover_interrupted``); finished trials are never run again. The command
+trials such a driver left running are stopped by its reaper (``_trials.Reaper``), so that
+they do not hold their GPU while the next run re-runs them.
+
+Once more than ``max_failures`` trials failed (or on Ctrl-C), the driver stops at once:
+running commands are stopped (SIGTERM, SIGKILL after the grace period), running function
+trials are abandoned to their workers, and those trials are queued again like
+interrupted ones, for the next run.
 """
 
 from __future__ import annotations
@@ -31,10 +38,11 @@ from paralela.errors import ConfigError, ParalelaError
 from paralela.resources import Slot
 from paralela.sweeping._oracle import LOG_ERROR_CHARS, Oracle
 from paralela.sweeping._results import TrialRecord
-from paralela.sweeping._study import UNUSED_ATTR
+from paralela.sweeping._study import UNUSED_ATTR, requeue_interrupted
 from paralela.sweeping._trials import (
     CommandTrial,
     FunctionJob,
+    Reaper,
     TrialOutcome,
     TrialSpec,
     log_tail,
@@ -102,12 +110,15 @@ def run_trials(
         backend = ProcessBackend(slots=slots)
         job_ref = Broadcast(FunctionJob(objective, storage_spec, study.study_name, study.pruner))
 
+    def failed_too_often() -> bool:
+        return budget.max_failures is not None and failures > budget.max_failures
+
     def may_start() -> bool:
         if budget.n_trials is not None and already_counted + started >= budget.n_trials:
             return False
         if budget.timeout is not None and time.time() - t0 >= budget.timeout:
             return False
-        return budget.max_failures is None or failures <= budget.max_failures
+        return not failed_too_often()
 
     limit = None if budget.n_trials is None else max(0, budget.n_trials - already_counted)
     oracle = Oracle(study, distributions, ahead=len(slots), limit=limit)
@@ -144,6 +155,8 @@ def run_trials(
             env = {**os.environ, **slot.env()}
             handle = CommandTrial(command, spec, env, events)
             record.started = handle.started
+            assert reaper is not None
+            reaper.add(handle.process.pid)  # its own process group: pgid == pid
         running[trial.number] = _Running(trial, slot, record, handle)
         records.append(record)
 
@@ -155,6 +168,8 @@ def run_trials(
         record.error, record.exit_code = outcome.error, outcome.exit_code
         if outcome.devices is not None:
             record.devices = outcome.devices
+        if outcome.slot is not None:  # where a function trial really ran
+            record.slot = outcome.slot
         busy += outcome.finished - outcome.started
         if outcome.state == "FAIL":
             failures += 1
@@ -209,6 +224,8 @@ def run_trials(
             handle.devices,
         )
 
+    # Command trials run in sessions of their own; the reaper stops them if the driver dies.
+    reaper = Reaper(grace_period) if objective is None else None
     try:
         while True:
             while free and may_start():
@@ -216,7 +233,7 @@ def run_trials(
             if not may_start():
                 oracle.stop_asking()
             on_change(records, [r.record for r in running.values()])
-            if not running:
+            if not running or failed_too_often():  # a broken sweep stops at once
                 break
             try:
                 event = events.get(timeout=TICK_SECONDS)
@@ -253,24 +270,27 @@ def run_trials(
                 elif kind == "exit":
                     handle, returncode = event[1], event[2]
                     run = running[handle.spec.number]
+                    assert reaper is not None
+                    reaper.discard(handle.process.pid)
                     finish(run, command_ended(run, returncode))
                 try:
                     event = events.get_nowait()
                 except queue.Empty:
                     break
-        if budget.max_failures is not None and failures > budget.max_failures:
+        if failed_too_often():
             raise SweepError(
                 f"{failures} trials failed, more than max_failures={budget.max_failures}; "
                 f"the sweep stopped. The last error:\n{_last_error(records)}"
             )
     finally:
-        for run in list(running.values()):
-            if isinstance(run.handle, CommandTrial):
-                run.handle.terminate(grace_period)
+        if reaper is not None:  # stops the commands still running: SIGTERM, then SIGKILL
+            reaper.close()
         oracle.stop_asking()
         for trial in oracle.close():  # asked ahead, never started: give them back
             study._storage.set_trial_system_attr(trial._trial_id, UNUSED_ATTR, True)
             study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+        for run in running.values():  # stopped unfinished (failures, Ctrl-C): re-run later
+            requeue_interrupted(study, run.trial)
         if backend is not None:
             backend.shutdown(wait=not running, cancel_futures=True)
     wall = time.time() - t0

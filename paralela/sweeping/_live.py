@@ -30,7 +30,7 @@ class LiveView(NullView):
         self._sign = sign
         self._last = 0.0
         self._live = Live(
-            console=Console(file=sys.stderr, force_terminal=force or None),
+            console=Console(file=sys.stderr, force_terminal=force or None, markup=False),
             refresh_per_second=4,
             transient=False,
         )

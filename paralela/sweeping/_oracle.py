@@ -81,6 +81,10 @@ class Oracle:
 
         states = {"COMPLETE": TrialState.COMPLETE, "PRUNED": TrialState.PRUNED}
         storage = self._study._storage
+        # Samplers may call study.stop() once they run out (GridSampler does, at the last
+        # point), which Optuna allows only inside its own optimize loop, else raises. This
+        # thread is the sweep's loop: let stop() set its flag; the budget ends the sweep.
+        self._study._thread_local.in_optimize_loop = True
         try:
             while True:
                 with self._cv:

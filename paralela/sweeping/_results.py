@@ -81,7 +81,9 @@ class SweepResult:
     def leaderboard(self, n: int = 10) -> list[TrialRecord]:
         """The ``n`` best completed trials, best first (by the first objective)."""
         sign = self._sign()
-        return sorted(self.completed, key=lambda t: sign * (t.value or math.inf))[:n]
+        return sorted(
+            self.completed, key=lambda t: math.inf if t.value is None else sign * t.value
+        )[:n]
 
     @property
     def best_trial(self) -> TrialRecord | None:

@@ -24,6 +24,7 @@ __all__ = [
     "make_sampler",
     "open_storage",
     "recover_interrupted",
+    "requeue_interrupted",
 ]
 
 DRIVER_ATTR = "paralela:driver"
@@ -166,15 +167,22 @@ def recover_interrupted(study: Any) -> list[int]:
     _optuna()
     from optuna.trial import TrialState
 
-    storage = study._storage
     recovered = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = trial.system_attrs.get(DRIVER_ATTR)
         if owner is not None and (owner == driver_identity() or _driver_alive(owner)):
             continue
-        storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_ATTR, True)
-        storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
-        if trial.params:
-            study.enqueue_trial(trial.params, user_attrs={RERUN_ATTR: trial.number})
+        requeue_interrupted(study, trial)
         recovered.append(trial.number)
     return recovered
+
+
+def requeue_interrupted(study: Any, trial: Any) -> None:
+    """Fail a trial that never finished (``interrupted``) and queue its parameters for one
+    re-run; an interrupted trial does not count against the budget."""
+    from optuna.trial import TrialState
+
+    study._storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_ATTR, True)
+    study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+    if trial.params:
+        study.enqueue_trial(trial.params, user_attrs={RERUN_ATTR: trial.number})

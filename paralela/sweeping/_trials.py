@@ -9,6 +9,9 @@
                     own process group, output to the trial's log, a report pipe)
         reader thread: report lines -> events; end of pipe + exit code -> event
         terminate(): SIGTERM to the group, SIGKILL after the grace period
+    reaper:         one small process per sweep, told each command trial's group as it
+                    starts and ends; when the driver dies (even by SIGKILL) its pipe
+                    ends, and the reaper stops the groups left running
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from paralela.sweeping._report import (
 __all__ = [
     "CommandTrial",
     "FunctionJob",
+    "Reaper",
     "TrialOutcome",
     "TrialSpec",
     "check_command",
@@ -72,6 +76,7 @@ class TrialOutcome:
     exit_code: int | None = None
     devices: str | None = None
     pid: int | None = None
+    slot: int | None = None
 
 
 @dataclass
@@ -167,8 +172,18 @@ def run_function_trial(job: FunctionJob, spec: TrialSpec) -> TrialOutcome:
                 print(error, file=sys.stderr)
     finally:
         set_function_context(None)
+    slot = os.environ.get("PARALELA_SLOT")  # set by the processes backend for its slot
     return TrialOutcome(
-        spec.number, state, values, started, time.time(), error, None, devices, os.getpid()
+        spec.number,
+        state,
+        values,
+        started,
+        time.time(),
+        error,
+        None,
+        devices,
+        os.getpid(),
+        None if slot is None else int(slot),
     )
 
 
@@ -279,3 +294,78 @@ class CommandTrial:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, sig)
+
+
+# The reaper: reads "+PGID" / "-PGID" lines from the driver; at the end of its input (the
+# driver finished, or died) it stops the groups still listed: SIGTERM, SIGKILL after the
+# grace period. It ignores Ctrl-C (the driver handles that) and has its own session, so
+# that a signal to the driver's process group does not take it down with the driver.
+_REAPER_CODE = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin.buffer:
+    (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+def alive(group):
+    try:
+        os.killpg(group, 0)
+    except OSError:
+        return False
+    return True
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGTERM)
+    except OSError:
+        pass
+deadline = time.monotonic() + float(sys.argv[1])
+while any(alive(g) for g in groups) and time.monotonic() < deadline:
+    time.sleep(0.02)
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class Reaper:
+    """Stops the command trials a driver leaves running, even when it dies by SIGKILL.
+
+    The driver tells it each trial's process group as the trial starts (:meth:`add`)
+    and once it has ended (:meth:`discard`); :meth:`close` (or the driver's death) ends
+    its input and it stops what is left: SIGTERM, then SIGKILL after ``grace`` seconds.
+    """
+
+    def __init__(self, grace: float) -> None:
+        self._grace = grace
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _REAPER_CODE, str(grace)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _tell(self, line: str) -> None:
+        stdin = self._process.stdin
+        assert stdin is not None
+        with contextlib.suppress(OSError, ValueError):  # the reaper died: nothing to tell
+            stdin.write(line.encode())
+            stdin.flush()
+
+    def add(self, group: int) -> None:
+        self._tell(f"+{group}\n")
+
+    def discard(self, group: int) -> None:
+        self._tell(f"-{group}\n")
+
+    def close(self) -> None:
+        """Stop the groups still listed and wait until the reaper has (at most ``grace``
+        seconds and a little more)."""
+        with contextlib.suppress(OSError):
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+        try:
+            self._process.wait(timeout=self._grace + 10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
