@@ -416,3 +416,14 @@ def test_journal_storage(tmp_path: Path) -> None:
     assert [t.value for t in study.trials] == [t.value for t in result.trials]
     # the workers wrote the intermediate values to the journal themselves
     assert all(len(t.intermediate_values) == 3 for t in study.trials)
+
+
+def test_plots_can_be_left_out(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = paralela.sweep(
+        sweep_helpers.quadratic, SPACE, n_trials=3, workers=2, run_dir=run_dir, plots=False
+    )
+    assert len(result.trials) == 3
+    assert (run_dir / "trials.csv").exists()
+    assert not (run_dir / "plots").exists()
+    assert not any(note.startswith("plot not drawn") for note in result.notes)

@@ -86,6 +86,9 @@ def sweep(
     progress: Annotated[
         bool | None, typer.Option("--progress/--no-progress", help="Live table.")
     ] = None,
+    plots: Annotated[
+        bool, typer.Option("--plots/--no-plots", help="PNG plots in the run directory.")
+    ] = True,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the result as JSON on stdout.")
     ] = False,
@@ -128,6 +131,7 @@ def sweep(
             max_failures=max_failures,
             seed=seed,
             progress=progress,
+            plots=plots,
         )
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)

@@ -104,6 +104,7 @@ def sweep(
     seed: int | None = None,
     progress: bool | None = None,
     grace_period: float = 5.0,
+    plots: bool = True,
 ) -> SweepResult:
     """Search hyperparameters with one trial per slot (GPU, or CPU share without GPUs).
 
@@ -136,6 +137,8 @@ def sweep(
             trials still running are stopped and queued again for the next run.
         seed: the sampler's seed.
         progress: show the live table (default: on a terminal).
+        plots: draw the PNG plots into ``run_dir/plots`` at the end (needs matplotlib;
+            about a second for a few hundred trials).
 
     Returns:
         A :class:`SweepResult`; its trials, leaderboard and plots are also written to
@@ -256,7 +259,7 @@ def sweep(
         busy_fraction=busy,
         notes=notes,
     )
-    write_outputs(result, study)
+    write_outputs(result, study, plots=plots)
     return result
 
 

@@ -95,8 +95,10 @@ def save_plots(study: Any, directory: Path) -> tuple[list[Path], list[str]]:
     return written, problems
 
 
-def write_outputs(result: SweepResult, study: Any) -> None:
+def write_outputs(result: SweepResult, study: Any, *, plots: bool = True) -> None:
     result.to_csv(result.run_dir / "trials.csv")
     result.to_json(result.run_dir / "trials.json")
+    if not plots:
+        return
     _, problems = save_plots(study, result.run_dir / "plots")
     result.notes.extend(f"plot not drawn: {p}" for p in problems)
