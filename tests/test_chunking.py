@@ -6,13 +6,12 @@ they check the rules the constants feed.
 
 from __future__ import annotations
 
+import numpy
 import pytest
 
 from paralela.errors import ConfigError
 from paralela.mapping import _chunking
 from paralela.mapping._chunking import AutoChunker, FixedChunker, make_chunker
-
-numpy = pytest.importorskip("numpy")
 
 
 def grown(per_item: float, workers: int = 2) -> AutoChunker:

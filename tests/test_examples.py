@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -53,7 +51,6 @@ def test_map_files_resumes_from_its_run_directory(tmp_path: Path) -> None:
 
 
 def test_map_numpy_shared_agrees_with_the_serial_computation(tmp_path: Path) -> None:
-    pytest.importorskip("numpy")
     out = run_example("map_numpy_shared.py", tmp_path)
     match = re.search(r"predictions agree with the serial computation: (\d+) of (\d+)", out)
     assert match, out

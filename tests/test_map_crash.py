@@ -25,6 +25,7 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy
 import psutil
 import pytest
 from helpers import CountingItems
@@ -408,7 +409,6 @@ def test_a_huge_generator_runs_in_little_memory() -> None:
 def test_big_arrays_leave_nothing_in_dev_shm(
     kill: bool, tmp_path: Path, poll: Callable[..., None]
 ) -> None:
-    numpy = pytest.importorskip("numpy")
     backend = paralela.get_backend("processes", WORKERS)
     paralela.map(square, range(4), backend=backend)  # the pool is up before counting
     poll(lambda: len(backend.worker_pids()) == WORKERS, what="the workers")

@@ -10,14 +10,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy
 import psutil
 import pytest
 
 from paralela.backends import Broadcast
 from paralela.backends._processes import ProcessBackend, RemoteTraceback
 from paralela.errors import ParalelaError, UnpicklableError, WorkerDiedError
-
-numpy = pytest.importorskip("numpy")
 
 MIB = 2**20
 
