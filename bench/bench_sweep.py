@@ -954,7 +954,7 @@ def table(rows: list[Row], full: bool, versions: dict[str, str], budget: float) 
             continue
         o = r.out
         wall = float(o["wall"])
-        star = " *" if r.spec.few else ""
+        star = " *" if r.spec.few and r.trials < r.target_trials else ""
         trials = f"{r.done}{star}"
         if r.done != r.trials:
             trials += f" of {r.trials}"
