@@ -14,12 +14,16 @@ from paralela._version import __version__
 if TYPE_CHECKING:
     from paralela._config import UNSET, config
     from paralela.backends import Backend, Broadcast, Capabilities, available_backends, get_backend
+    from paralela.distributed import LaunchResult, launch
     from paralela.errors import (
         ConfigError,
+        DistributedError,
         FingerprintMismatchError,
         MapError,
         MissingExtraError,
         ParalelaError,
+        RankFailedError,
+        RendezvousError,
         RunStoreError,
         TaskError,
         UnpicklableError,
@@ -77,6 +81,11 @@ _LAZY: dict[str, str] = {
     "available_backends": "paralela.backends",
     "get_backend": "paralela.backends",
     "ConfigError": "paralela.errors",
+    "DistributedError": "paralela.errors",
+    "RankFailedError": "paralela.errors",
+    "RendezvousError": "paralela.errors",
+    "launch": "paralela.distributed",
+    "LaunchResult": "paralela.distributed",
     "FingerprintMismatchError": "paralela.errors",
     "MapError": "paralela.errors",
     "MissingExtraError": "paralela.errors",
@@ -150,6 +159,9 @@ __all__ = [
     "Fixed",
     "Grid",
     "load_space",
+    # distributed training (strategies in paralela.distributed)
+    "launch",
+    "LaunchResult",
     # configuration
     "config",
     "UNSET",
@@ -182,6 +194,9 @@ __all__ = [
     "WorkerDiedError",
     "RunStoreError",
     "FingerprintMismatchError",
+    "DistributedError",
+    "RendezvousError",
+    "RankFailedError",
     "MissingExtraError",
 ]
 

@@ -10,6 +10,9 @@ Every error says what happened, what is allowed, and what to do::
     ├── WorkerDiedError                 a worker died (signal, exit code) more often than allowed
     ├── RunStoreError                   the run directory cannot be used
     │   └── FingerprintMismatchError    the run directory belongs to another function or input
+    ├── DistributedError                a distributed run (launch, strategies) cannot go on
+    │   ├── RendezvousError             ranks did not all meet before the timeout
+    │   └── RankFailedError             a rank of a launch died; the others were stopped
     └── MissingExtraError (ImportError) an optional dependency is not installed
 """
 
@@ -21,10 +24,13 @@ from typing import Any
 
 __all__ = [
     "ConfigError",
+    "DistributedError",
     "FingerprintMismatchError",
     "MapError",
     "MissingExtraError",
     "ParalelaError",
+    "RankFailedError",
+    "RendezvousError",
     "RunStoreError",
     "TaskError",
     "UnpicklableError",
@@ -187,6 +193,41 @@ class RunStoreError(ParalelaError):
 
 class FingerprintMismatchError(RunStoreError):
     """The run directory holds results of another function or other inputs."""
+
+
+class DistributedError(ParalelaError):
+    """A distributed run cannot go on: a rank is missing, died, or was misconfigured."""
+
+
+class RendezvousError(DistributedError):
+    """Ranks did not all meet before the timeout; the message names the missing ones."""
+
+
+class RankFailedError(DistributedError):
+    """A rank of a launch died; the others were stopped.
+
+    Attributes:
+        rank: the global rank that failed first.
+        exitcode: its exit code (negative: the signal that killed it).
+        log_path: where its log is, when it has one.
+    """
+
+    def __init__(
+        self, message: str, *, rank: int, exitcode: int | None, log_path: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.exitcode = exitcode
+        self.log_path = log_path
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_rank_failed, (self.args, self.rank, self.exitcode, self.log_path))
+
+
+def _rebuild_rank_failed(
+    args: tuple[Any, ...], rank: int, exitcode: int | None, log_path: str | None
+) -> RankFailedError:
+    return RankFailedError(args[0] if args else "", rank=rank, exitcode=exitcode, log_path=log_path)
 
 
 class MissingExtraError(ParalelaError, ImportError):

@@ -25,6 +25,9 @@ EXPORTED = {
     "Fixed",
     "Grid",
     "load_space",
+    # distributed training
+    "launch",
+    "LaunchResult",
     # data-parallel map
     "map",
     "imap",
@@ -65,6 +68,9 @@ EXPORTED = {
     "WorkerDiedError",
     "RunStoreError",
     "FingerprintMismatchError",
+    "DistributedError",
+    "RendezvousError",
+    "RankFailedError",
     "MissingExtraError",
 }
 
@@ -95,6 +101,22 @@ def test_version_is_a_string() -> None:
 def test_import_paralela_loads_no_heavy_dependency() -> None:
     code = (
         f"import json, sys, paralela; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert json.loads(out.stdout) == []
+
+
+def test_distributed_exports_exist_and_launching_needs_no_torch() -> None:
+    import paralela.distributed as distributed
+
+    for name in distributed.__all__:
+        assert getattr(distributed, name, None) is not None, name
+    code = (
+        "import json, sys, paralela.distributed, paralela.cli._launch; paralela.launch; "
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules and m != 'typer'"
+        " and m != 'rich']))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60

@@ -23,6 +23,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_RENDEZVOUS",
     "EXIT_RUN_DIR",
     "EXIT_USAGE",
     "EXIT_WORKER_DIED",
@@ -36,6 +37,7 @@ EXIT_FAILED = 1  # the user's function raised (or some items failed, with collec
 EXIT_USAGE = 2  # bad arguments or input: fix the command line (same code as Click's)
 EXIT_WORKER_DIED = 3  # a worker died (killed, crashed, out of memory) too often
 EXIT_RUN_DIR = 4  # the run directory belongs to another computation
+EXIT_RENDEZVOUS = 5  # launch: the ranks did not all meet at the preflight rendezvous
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 EXIT_CODES_HELP = (

@@ -1,0 +1,179 @@
+"""One attempt of a launch: start the ranks, copy their output, see who dies first, stop.
+
+::
+
+    launcher ─┬─ rank 0  python -c BOOTSTRAP prog...  (own session)  ─ stdout+stderr ─┐
+              ├─ rank 1  ...                                                          │
+              │   pump thread per rank: log file rank-N.log + "[rank N] " on console ◄┘
+              └─ waiter thread per rank: (rank, exit code) into one queue, in exit order
+
+The queue gives the exit order, so the rank that died *first* is the one reported,
+not the peer that failed a moment later because its collective lost a partner.
+Each rank runs in its own session; :meth:`RankGroup.stop` sends SIGTERM to every
+rank's process group, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from paralela.distributed._bootstrap import BOOTSTRAP
+from paralela.distributed._env import RankSpec
+
+__all__ = ["RankGroup", "RankProcess"]
+
+
+@dataclass
+class RankProcess:
+    """One running rank and what is known about it."""
+
+    spec: RankSpec
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    log_offset: int  # where this attempt's lines start in the log file
+    started: float = field(default_factory=time.time)
+    ended: float | None = None
+    returncode: int | None = None
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines this rank wrote during this attempt."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self.log_offset)
+                text = fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+        kept = text.rstrip().splitlines()[-lines:]
+        return "\n".join(kept)
+
+    def record(self) -> dict[str, object]:
+        """What the run record keeps of this rank."""
+        return {
+            "rank": self.spec.rank,
+            "local_rank": self.spec.local_rank,
+            "host": socket.gethostname(),
+            "pid": self.proc.pid,
+            "start": self.started,
+            "end": self.ended,
+            "returncode": self.returncode,
+            "log": str(self.log_path),
+        }
+
+
+class RankGroup:
+    """The ranks of one attempt, started together and stopped together."""
+
+    def __init__(
+        self,
+        specs: Sequence[RankSpec],
+        argv: Sequence[str],
+        envs: Sequence[Mapping[str, str]],
+        log_dir: Path,
+        console: IO[bytes] | None,
+        prefix: bool,
+    ) -> None:
+        self._exits: queue.Queue[RankProcess] = queue.Queue()
+        self._console = console
+        self._console_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self.ranks: list[RankProcess] = []
+        log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for spec, env in zip(specs, envs, strict=True):
+                self.ranks.append(self._start(spec, argv, env, log_dir, prefix))
+        except BaseException:
+            self.stop(grace=0.0)
+            raise
+
+    def _start(
+        self,
+        spec: RankSpec,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        log_dir: Path,
+        prefix: bool,
+    ) -> RankProcess:
+        log_path = log_dir / f"rank-{spec.rank}.log"
+        log = open(log_path, "ab")  # noqa: SIM115  (closed by the pump thread)
+        offset = log.tell()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", BOOTSTRAP, *argv],
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        header = (
+            f"=== paralela launch: rank {spec.rank}, attempt {spec.restart + 1}, "
+            f"pid {proc.pid}, {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n"
+        )
+        log.write(header.encode())
+        log.flush()
+        rank = RankProcess(spec=spec, proc=proc, log_path=log_path, log_offset=offset)
+        tag = f"[rank {spec.rank}] ".encode() if prefix else b""
+        pump = threading.Thread(target=self._pump, args=(rank, log, tag), daemon=True)
+        waiter = threading.Thread(target=self._wait, args=(rank, pump), daemon=True)
+        pump.start()
+        waiter.start()
+        self._threads += [pump, waiter]
+        return rank
+
+    def _pump(self, rank: RankProcess, log: IO[bytes], tag: bytes) -> None:
+        """Copy the rank's output to its log and, prefixed, to the console."""
+        assert rank.proc.stdout is not None
+        with log, rank.proc.stdout as out:
+            for line in iter(out.readline, b""):
+                log.write(line)
+                log.flush()
+                if self._console is not None:
+                    with self._console_lock, contextlib.suppress(OSError, ValueError):
+                        self._console.write(tag + line)
+                        self._console.flush()
+
+    def _wait(self, rank: RankProcess, pump: threading.Thread) -> None:
+        rank.returncode = rank.proc.wait()
+        rank.ended = time.time()
+        pump.join(timeout=5.0)  # its last lines belong in the log before anyone reads it
+        self._exits.put(rank)
+
+    def wait_first_failure(self) -> RankProcess | None:
+        """Block until every rank ended (``None``) or one failed (that rank, the first)."""
+        for _ in self.ranks:
+            rank = self._exits.get()
+            if rank.returncode != 0:
+                return rank
+        return None
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM every live rank's process group, SIGKILL what is left after ``grace``."""
+        live = [r for r in self.ranks if r.proc.poll() is None]
+        for rank in live:
+            _signal_group(rank.proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for rank in live:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                rank.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for rank in self.ranks:
+            # The rank's own children (data loader workers...) go too, even if it exited.
+            _signal_group(rank.proc, signal.SIGKILL)
+            rank.proc.wait()
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
