@@ -31,7 +31,7 @@ def test_demo_prints_the_table_the_speedup_and_the_equality_check() -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -48,6 +48,11 @@ def test_demo_prints_the_table_the_speedup_and_the_equality_check() -> None:
     assert sum(int(n) for n in row.groups()) == 4
     assert int(row.group(1)) >= 1  # at least one trial completed
     assert re.search(r"Best validation loss \d\.\d{4} with \{'lr': ", out), out
+    # The training step: 2 real ranks, DDP, and a model that learned the digits.
+    row = re.search(r"│\s+2 │\s+8 │\s+(\d+\.\d)% │\s+(\d\.\d{4}) │", out)
+    assert row is not None, out
+    assert float(row.group(1)) > 80.0
+    assert "Each rank's log:" in out
 
 
 def test_run_map_demo_measures_both_runs() -> None:
@@ -93,7 +98,7 @@ def test_demo_rejects_zero_items_as_usage_error() -> None:
 
 def test_demo_without_the_sweep_step() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "paralela", "demo", "--items", "8", "--trials", "0"],
+        [sys.executable, "-m", "paralela", "demo", "--items", "8", "--trials", "0", "--ranks", "0"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -101,3 +106,4 @@ def test_demo_without_the_sweep_step() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "Results equal: yes" in proc.stdout
     assert "Hyperparameter sweep" not in proc.stdout
+    assert "Data-parallel training" not in proc.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -28,6 +29,11 @@ def test_every_example_is_tested() -> None:
         "map_numpy_shared.py",
         "map_initializer.py",
         "sweep_digits_mlp.py",
+        "train_ddp.py",
+        # run under their strategies' tests: tests/test_distributed_{ps,pipeline,tf}.py
+        "train_ps.py",
+        "train_pipeline.py",
+        "train_tf_mwms.py",
     }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
@@ -78,3 +84,35 @@ def test_sweep_digits_mlp_tunes_the_mlp(tmp_path: Path) -> None:
     assert found is not None, out
     assert 0.0 < float(found.group(1)) < 1.0
     assert (tmp_path / "run" / "trials.csv").read_text().count("\n") == 5  # header + 4
+
+
+def test_train_ddp_learns_the_digits_and_resumes(tmp_path: Path) -> None:
+    def launch(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "paralela",
+                "launch",
+                "--nproc",
+                "2",
+                str(EXAMPLES / "train_ddp.py"),
+                *args,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    ckpt, out = tmp_path / "ckpt.pt", tmp_path / "result.json"
+    first = launch("--epochs", "4", "--checkpoint", str(ckpt), "--out", str(out))
+    assert first.returncode == 0, first.stdout + first.stderr
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 2
+    assert result["accuracy"] > 0.85
+    # Asked for more epochs, it goes on from the checkpoint instead of starting over.
+    more = launch("--epochs", "6", "--checkpoint", str(ckpt), "--out", str(out))
+    assert more.returncode == 0, more.stdout + more.stderr
+    assert "[rank 0] resuming after epoch 3" in more.stdout
+    assert json.loads(out.read_text())["accuracy"] > 0.85

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+from sweep_helpers import GPU_UUIDS, fake_gpu_env
 
 from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_RENDEZVOUS, EXIT_USAGE
-from tests.sweep_helpers import GPU_UUIDS, fake_gpu_env
 
 # Each rank writes what it was told to <out>/rank-<RANK>.json, then follows orders.
 RANK_SCRIPT = textwrap.dedent(

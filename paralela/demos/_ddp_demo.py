@@ -1,0 +1,129 @@
+"""The training step of ``paralela demo``: 2 ranks train the digits MLP with all-reduce.
+
+``run_ddp_demo`` starts the ranks with :func:`paralela.distributed.launch` (a
+preflight rendezvous, per-rank logs, one GPU per rank where there are enough GPUs,
+else CPU ranks); each rank runs :func:`main` of this module: the digits MLP of
+:mod:`paralela.demos._digits`, wrapped in DDP, on its shard of each epoch. Rank 0
+writes the validation accuracy and loss as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DdpDemoResult", "main", "run_ddp_demo"]
+
+DEFAULT_RANKS = 2
+EPOCHS = 8
+BATCH_PER_RANK = 32
+LEARNING_RATE = 0.05
+
+
+@dataclass(frozen=True)
+class DdpDemoResult:
+    """What the training step measured.
+
+    Attributes:
+        ranks: processes that trained together.
+        epochs: passes over the training set.
+        accuracy: validation accuracy of the trained model (rank 0's copy).
+        val_loss: its validation loss.
+        wall_seconds: the launch, from start to the last rank's exit.
+        log_dir: where each rank's log is.
+    """
+
+    ranks: int
+    epochs: int
+    accuracy: float
+    val_loss: float
+    wall_seconds: float
+    log_dir: Path
+
+
+def run_ddp_demo(ranks: int = DEFAULT_RANKS, epochs: int = EPOCHS) -> DdpDemoResult:
+    """Launch ``ranks`` processes that train the digits MLP together; wait for them.
+
+    Raises:
+        RankFailedError / RendezvousError: a rank died or did not start (the message
+            names it and shows its log's tail).
+        MissingExtraError: torch or scikit-learn is missing.
+    """
+    import importlib.util
+    import io
+
+    from paralela.distributed import launch
+    from paralela.errors import MissingExtraError
+    from paralela.resources import detect
+
+    for module, extra in (("torch", "torch"), ("sklearn", "examples")):
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtraError(module, extra, "The training step of the demo")
+    gpus_per_rank = 1 if len(detect().gpus) >= ranks else 0
+    work = Path(tempfile.mkdtemp(prefix="paralela-demo-ddp-"))
+    out = work / "result.json"
+    started = time.monotonic()
+    result = launch(
+        ["paralela.demos._ddp_demo", "--epochs", str(epochs), "--out", str(out)],
+        module=True,
+        nproc=ranks,
+        gpus_per_rank=gpus_per_rank,
+        log_dir=work / "logs",
+        console=io.BytesIO(),  # the demo prints a table; the ranks' lines are in the logs
+    )
+    data = json.loads(out.read_text())
+    return DdpDemoResult(
+        ranks=result.world_size,
+        epochs=epochs,
+        accuracy=data["accuracy"],
+        val_loss=data["val_loss"],
+        wall_seconds=time.monotonic() - started,
+        log_dir=result.log_dir,
+    )
+
+
+def main() -> None:
+    """One rank of the demo's training (run by the launcher, not by hand)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    import torch
+    from torch.nn import functional
+    from torch.utils.data import TensorDataset
+
+    import paralela.distributed as pd
+    from paralela.demos._digits import _data
+
+    ctx = pd.init()
+    x_train, y_train, x_val, y_val = _data()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
+    ).to(ctx.device)
+    ddp = pd.data_parallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=LEARNING_RATE, momentum=0.9)
+    loader = pd.shard(TensorDataset(x_train, y_train), batch_size=BATCH_PER_RANK)
+    for _ in range(args.epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = functional.cross_entropy(ddp(x.to(ctx.device)), y.to(ctx.device))
+            loss.backward()  # type: ignore[no-untyped-call]  # untyped in torch 2.13
+            optimizer.step()
+    if ctx.is_main:
+        with torch.no_grad():
+            logits = model(x_val.to(ctx.device)).cpu()
+        result = {
+            "accuracy": float((logits.argmax(1) == y_val).float().mean()),
+            "val_loss": float(functional.cross_entropy(logits, y_val)),
+        }
+        args.out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
