@@ -3,6 +3,7 @@ and the checkpoints a restarted group resumes from."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -166,3 +167,30 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
     assert state is not None
     assert state["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA device")
+def test_a_gpu_rank_uses_nccl_on_its_own_device(tmp_path: Path) -> None:
+    ranks = min(2, torch.cuda.device_count())
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import json, os, sys, torch, paralela.distributed as pd\n"
+        "ctx = pd.init()\n"
+        "t = torch.ones(1, device=ctx.device) * (ctx.rank + 1)\n"
+        "torch.distributed.all_reduce(t)\n"
+        "info = {'backend': ctx.backend, 'device': str(ctx.device), 'sum': t.item(),\n"
+        "        'visible': os.environ['CUDA_VISIBLE_DEVICES']}\n"
+        "open(sys.argv[1] + f'/{ctx.rank}.json', 'w').write(json.dumps(info))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "paralela", "launch", "--nproc", str(ranks),
+         str(probe), str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    infos = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(ranks)]
+    assert {i["backend"] for i in infos} == {"nccl"}
+    assert {i["device"] for i in infos} == {"cuda:0"}  # one GPU per rank, seen as cuda:0
+    assert len({i["visible"] for i in infos}) == ranks  # ... a different one each
+    assert {i["sum"] for i in infos} == {ranks * (ranks + 1) / 2}
