@@ -63,7 +63,8 @@ class RankProcess:
         return {
             "rank": self.spec.rank,
             "local_rank": self.spec.local_rank,
-            "host": socket.gethostname(),
+            # Slurm's node name tells apart emulated nodes that share one host name.
+            "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
             "pid": self.proc.pid,
             "start": self.started,
             "end": self.ended,
