@@ -22,6 +22,14 @@ from paralela.distributed._launcher import LaunchResult, in_slurm_step, launch
 
 if TYPE_CHECKING:
     from paralela.distributed._checkpoint import load_checkpoint, save_checkpoint
+    from paralela.distributed._pipeline import (
+        Pipeline,
+        PipelineResult,
+        PlacedPipeline,
+        pipeline,
+        place_stages,
+        split_stages,
+    )
     from paralela.distributed._training import (
         DistContext,
         ShardedLoader,
@@ -47,6 +55,17 @@ _LAZY: dict[str, str] = {
     "world_size": "paralela.distributed._training",
     "is_main": "paralela.distributed._training",
     "barrier": "paralela.distributed._training",
+    **dict.fromkeys(
+        (
+            "pipeline",
+            "Pipeline",
+            "PipelineResult",
+            "split_stages",
+            "place_stages",
+            "PlacedPipeline",
+        ),
+        "paralela.distributed._pipeline",
+    ),
 }
 
 __all__ = [
@@ -68,6 +87,13 @@ __all__ = [
     "data_parallel",
     "shard",
     "ShardedLoader",
+    # pipeline (model parallelism)
+    "pipeline",
+    "Pipeline",
+    "PipelineResult",
+    "split_stages",
+    "place_stages",
+    "PlacedPipeline",
     # checkpoints
     "save_checkpoint",
     "load_checkpoint",
