@@ -7,6 +7,8 @@ Tests never sleep to wait for something: they poll a condition until a deadline
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 
@@ -50,3 +52,30 @@ def process_backend() -> Iterator[ProcessBackend]:
         yield backend
     finally:
         backend.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> str:
+    """The real local Slurm cluster (``tools/local-slurm.sh start``): its partition name.
+
+    Outside CI a machine without Slurm skips these tests; CI sets
+    ``PARALELA_REQUIRE_SLURM=1`` (``.ci/run`` starts the cluster), where a missing or
+    stopped cluster fails them instead, so they can never be skipped silently there.
+    """
+    # Read before the autouse fixture above clears PARALELA_* (session scope runs first).
+    required = os.environ.get("PARALELA_REQUIRE_SLURM") == "1"
+    problem = None
+    if shutil.which("sbatch") is None:
+        problem = "sbatch is not on PATH"
+    else:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+        if "UP" not in ping.stdout:
+            problem = f"scontrol ping says: {ping.stdout.strip() or ping.stderr.strip()}"
+    if problem:
+        message = (
+            f"no local Slurm cluster ({problem}); start it with: bash tools/local-slurm.sh start"
+        )
+        if required:
+            pytest.fail(message)
+        pytest.skip(message)
+    return "debug"
