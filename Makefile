@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine (Python >= 3.10 with venv):
 #   make demo   install paralela (with torch, the sweep and example extras) in .venv and run `paralela demo`
-#   make test   install it with the dev tools and run lint, types and the tests
+#   make test   install it with the dev tools, start the local Slurm cluster, run lint,
+#               types and the tests
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -29,8 +30,9 @@ lint: install-dev
 	$(BIN)/ruff format --check paralela tests examples bench
 	$(BIN)/mypy
 
+# The tests need a real Slurm cluster: run-tests.sh starts it (as root) and stops it after.
 test: lint
-	$(BIN)/python -m pytest
+	PYTHON=$(BIN)/python bash tools/run-tests.sh
 
 bench:
 	$(PYTHON) -m venv .venv-bench

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run the test suite with every component it needs: the real local Slurm cluster is
+# started first (tools/local-slurm.sh; as root, which CI is) and stopped afterwards.
+# Without root (a laptop) the Slurm tests are skipped with the reason; in CI, where
+# PARALELA_REQUIRE_SLURM=1 is set, a cluster that does not come up fails them instead.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+
+started=0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    if bash tools/local-slurm.sh start; then
+        started=1
+        export PARALELA_REQUIRE_SLURM=1
+    else
+        echo "run-tests: the local Slurm cluster did not start; see /tmp/local-slurm/log" >&2
+        exit 1
+    fi
+else
+    echo "run-tests: not root: the Slurm tests will be skipped (CI runs them)" >&2
+fi
+
+"$PYTHON" -m pytest "$@"
+status=$?
+if [ "$started" = 1 ]; then
+    bash tools/local-slurm.sh stop >/dev/null 2>&1 || echo "run-tests: stopping Slurm failed" >&2
+fi
+exit $status
