@@ -288,3 +288,39 @@ def test_stopping_the_launcher_stops_every_rank(
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
+
+
+def test_with_tf_parameter_servers_the_chief_ending_ends_the_job(
+    script: Path, tmp_path: Path
+) -> None:
+    # Rank 0 (the chief) exits 0; ranks 1 (ps) and 2 (worker) would serve forever.
+    logs = tmp_path / "logs"
+    env = {**os.environ, "ORDER": "wait-but-chief"}
+    chief_exits = RANK_SCRIPT.replace(
+        'if order.startswith(("kill", "exit", "wait")):',
+        "while rank == 0 and len(list(out.glob('rank-*.json'))) < 3:\n"
+        "    time.sleep(0.02)  # the chief ends once the others have started\n"
+        'if order.startswith(("kill", "exit", "wait")) and rank != 0:',
+    )
+    script.write_text(chief_exits)
+    done = launch_cli(
+        [
+            "--nproc",
+            "3",
+            "--tf-ps",
+            "1",
+            "--stop-grace",
+            "1",
+            "--log-dir",
+            str(logs),
+            str(script),
+            str(tmp_path / "out"),
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    roles = [json.loads(str(seen(tmp_path, r)["TF_CONFIG"]))["task"]["type"] for r in range(3)]
+    assert roles == ["chief", "ps", "worker"]
+    codes = [r["returncode"] for r in record(logs)["attempts"][0]]  # type: ignore[index]
+    assert codes == [0, -signal.SIGTERM, -signal.SIGTERM]

@@ -150,12 +150,20 @@ class RankGroup:
         pump.join(timeout=5.0)  # its last lines belong in the log before anyone reads it
         self._exits.put(rank)
 
-    def wait_first_failure(self) -> RankProcess | None:
-        """Block until every rank ended (``None``) or one failed (that rank, the first)."""
+    def wait_first_failure(self, *, done_when_exits: int | None = None) -> RankProcess | None:
+        """Block until every rank ended (``None``) or one failed (that rank, the first).
+
+        Args:
+            done_when_exits: a rank whose success ends the job even while others still
+                run (TensorFlow's chief: its parameter servers serve forever); the
+                caller then stops the rest.
+        """
         for _ in self.ranks:
             rank = self._exits.get()
             if rank.returncode != 0:
                 return rank
+            if rank.spec.rank == done_when_exits:
+                return None
         return None
 
     def stop(self, grace: float) -> None:

@@ -107,6 +107,8 @@ def launch(
         gpus_per_rank: GPUs per rank; default 1 where GPUs exist, else 0 (0 hides them).
         tf_ps: TensorFlow parameter servers: rank 0 is the chief, ranks 1..tf_ps the
             servers, the rest workers; 0: every rank a worker (MultiWorkerMirrored).
+            With servers, the chief exiting 0 ends the job: the servers (which serve
+            forever) and workers still running are stopped.
         local: start ranks on this machine even inside a Slurm job step.
         console: where the ranks' output is copied (it always goes to their log
             files too); default this process's stdout.
@@ -147,7 +149,9 @@ def launch(
             ]
             group = RankGroup(specs, argv, envs, directory, out, prefix)
             try:
-                failed = group.wait_first_failure()
+                # With parameter servers, TensorFlow's chief (rank 0) ending is the end.
+                chief = 0 if tf_ps and any(s.rank == 0 for s in specs) else None
+                failed = group.wait_first_failure(done_when_exits=chief)
             finally:
                 group.stop(stop_grace)
                 attempts.append([r.record() for r in group.ranks])
