@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         place_stages,
         split_stages,
     )
+    from paralela.distributed._ps import ParameterServer, ParameterServerStats, parameter_server
     from paralela.distributed._training import (
         DistContext,
         ShardedLoader,
@@ -55,6 +56,10 @@ _LAZY: dict[str, str] = {
     "world_size": "paralela.distributed._training",
     "is_main": "paralela.distributed._training",
     "barrier": "paralela.distributed._training",
+    **dict.fromkeys(
+        ("parameter_server", "ParameterServer", "ParameterServerStats"),
+        "paralela.distributed._ps",
+    ),
     **dict.fromkeys(
         (
             "pipeline",
@@ -87,6 +92,10 @@ __all__ = [
     "data_parallel",
     "shard",
     "ShardedLoader",
+    # parameter server
+    "parameter_server",
+    "ParameterServer",
+    "ParameterServerStats",
     # pipeline (model parallelism)
     "pipeline",
     "Pipeline",
