@@ -126,6 +126,9 @@ def test_capabilities_are_declared_as_data(backend: Backend) -> None:
         caps.retries_dead_workers,
         caps.debuggable,
     ) == EXPECTED_FLAGS[caps.name]
+    # Local backends start tasks cheaply: a map sends them as many chunks as it likes.
+    assert not caps.packs_tasks
+    assert backend.max_tasks() is None
 
 
 def test_tasks_run_where_the_capabilities_say(backend: Backend) -> None:

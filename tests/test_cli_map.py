@@ -432,7 +432,7 @@ def test_stdout_gets_nothing_when_a_result_is_not_json(here: Path) -> None:
         (["tasks:square", "-i", "absent.jsonl"], "Input file absent.jsonl does not exist."),
         (
             ["tasks:square", "-i", "items.jsonl", "--backend", "gpu"],
-            "Unknown backend 'gpu'; valid backends are: processes, sequential, threads.",
+            "Unknown backend 'gpu'; valid backends are: processes, sequential, slurm, threads.",
         ),
         (
             ["tasks:square", "-i", "items.jsonl", "--chunksize", "0"],

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import atexit
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from paralela.backends._base import Backend, Broadcast, Capabilities
 from paralela.errors import ConfigError
@@ -44,18 +45,37 @@ def _sequential(workers: int | None) -> Backend:
     return SequentialBackend(workers)
 
 
-_FACTORIES: dict[str, Callable[[int | None], Backend]] = {
+def _slurm(workers: int | None, options: Mapping[str, Any] | None = None) -> Backend:
+    from paralela.backends.slurm import SlurmBackend
+
+    given = dict(options or {})
+    if workers is not None:  # each array task is one (remote) worker
+        given.setdefault("max_jobs", workers)
+    return SlurmBackend(given)
+
+
+_FACTORIES: dict[str, Callable[..., Backend]] = {
     "processes": _processes,
     "threads": _threads,
     "sequential": _sequential,
+    "slurm": _slurm,
 }
-_shared: dict[tuple[str, int | None], Backend] = {}
+# Backends whose factory takes ``options`` (``factory(workers, options)``).
+_TAKES_OPTIONS = {"slurm"}
+_shared: dict[tuple[str, int | None, str], Backend] = {}
 _shared_lock = threading.Lock()
 
 
-def register_backend(name: str, factory: Callable[[int | None], Backend]) -> None:
-    """Make ``factory(workers)`` available as ``backend=name``."""
+def register_backend(
+    name: str, factory: Callable[..., Backend], *, takes_options: bool = False
+) -> None:
+    """Make ``factory(workers)`` available as ``backend=name``; with ``takes_options``
+    it is called as ``factory(workers, options)``."""
     _FACTORIES[name] = factory
+    if takes_options:
+        _TAKES_OPTIONS.add(name)
+    else:
+        _TAKES_OPTIONS.discard(name)
 
 
 def available_backends() -> list[str]:
@@ -63,13 +83,23 @@ def available_backends() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def get_backend(backend: str | Backend, workers: int | None = None) -> Backend:
-    """The shared backend for ``backend`` and ``workers``, started on first use.
+def get_backend(
+    backend: str | Backend,
+    workers: int | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Backend:
+    """The shared backend for ``backend``, ``workers`` and ``options``, started on first use.
 
     Raises:
-        ConfigError: unknown backend name, or ``workers`` below 1.
+        ConfigError: unknown backend name, ``workers`` below 1, options for a backend
+            that takes none, or options the backend rejects.
     """
     if isinstance(backend, Backend):
+        if options:
+            raise ConfigError(
+                "backend_options apply to a backend given by name; pass them to the "
+                f"{type(backend).__name__} you constructed instead."
+            )
         return backend
     if backend not in _FACTORIES:
         raise ConfigError(
@@ -77,7 +107,12 @@ def get_backend(backend: str | Backend, workers: int | None = None) -> Backend:
         )
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"workers must be a positive integer or None, got {workers!r}.")
-    key = (backend, workers)
+    if options and backend not in _TAKES_OPTIONS:
+        raise ConfigError(
+            f"Backend {backend!r} takes no options, got {', '.join(map(repr, options))}. "
+            f"Backends with options: {', '.join(sorted(_TAKES_OPTIONS)) or 'none'}."
+        )
+    key = (backend, workers, repr(sorted((options or {}).items())))
     with _shared_lock:
         found = _shared.get(key)
         if found is not None and not found.healthy():
@@ -85,7 +120,9 @@ def get_backend(backend: str | Backend, workers: int | None = None) -> Backend:
             found.shutdown(wait=False, cancel_futures=True)
             found = None
         if found is None:
-            found = _shared[key] = _FACTORIES[backend](workers)
+            factory = _FACTORIES[backend]
+            made = factory(workers, options) if backend in _TAKES_OPTIONS else factory(workers)
+            found = _shared[key] = made
         return found
 
 

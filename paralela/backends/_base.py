@@ -67,6 +67,9 @@ class Capabilities:
         zero_copy_buffers: large buffers (numpy arrays) reach workers without a pickle copy.
         debuggable: tasks run in the calling thread, so ``pdb`` and breakpoints work.
         supports_gpus: workers can be pinned to GPUs through their environment.
+        packs_tasks: each task is expensive to start (a cluster job), so a map sends at
+            most :meth:`Backend.max_tasks` chunks, each run on a local pool inside the
+            task, instead of many small ones.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Capabilities:
     zero_copy_buffers: bool
     debuggable: bool
     supports_gpus: bool
+    packs_tasks: bool = False
 
 
 class Backend(ABC):
@@ -107,6 +111,13 @@ class Backend(ABC):
 
     def forget(self, broadcast: Broadcast[Any]) -> None:  # noqa: B027  (optional hook)
         """Let workers drop a :class:`Broadcast` value that no task will need again."""
+
+    def flush(self) -> None:  # noqa: B027  (optional hook)
+        """Start the tasks submitted so far now (backends that group submissions)."""
+
+    def max_tasks(self) -> int | None:
+        """The most tasks one map should submit (``None``: no limit); see ``packs_tasks``."""
+        return None
 
     def __enter__(self) -> Backend:
         return self

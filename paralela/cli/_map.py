@@ -282,6 +282,19 @@ def _parse_chunksize(text: str) -> int | Literal["auto"]:
     return size
 
 
+def _parse_options(pairs: list[str]) -> dict[str, str]:
+    """``["slurm_partition=gpu", ...]`` -> a dict; the backend checks names and values."""
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            usage_error(
+                f"--option expects KEY=VALUE, got {pair!r}; e.g. --option slurm_partition=gpu."
+            )
+        options[key.strip()] = value.strip()
+    return options
+
+
 def _json_default(value: Any) -> Any:
     """Results as JSON: numpy arrays and scalars become lists and numbers, paths strings."""
     if hasattr(value, "tolist"):
@@ -426,8 +439,8 @@ def map_command(
         typer.Option(
             "--backend",
             "-b",
-            help="processes (default), threads (I/O-bound work), or sequential (a plain "
-            "loop, for debugging).",
+            help="processes (default), threads (I/O-bound work), sequential (a plain "
+            "loop, for debugging), or slurm (array jobs on a cluster; see --option).",
             show_default=False,
         ),
     ] = None,
@@ -482,6 +495,17 @@ def map_command(
             show_default=False,
         ),
     ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            "-O",
+            metavar="KEY=VALUE",
+            help="A backend option, repeatable; for --backend slurm e.g. "
+            "slurm_partition=gpu, cpus_per_task=8, timeout_min=60, max_jobs=100.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Apply a function to every item (JSONL line or file) in parallel; see ``MAP_HELP``.
 
@@ -492,6 +516,7 @@ def map_command(
             f"Unknown backend {backend!r}; valid backends are: {', '.join(available_backends())}."
         )
     size = _parse_chunksize(chunksize)
+    backend_options = _parse_options(option or [])
     out_path = _check_output(output)
     fn = load_function(target)
     items = read_items(input_, glob_)
@@ -512,6 +537,7 @@ def map_command(
             retries=UNSET if retries is None else retries,
             run_dir=run_dir,
             progress=UNSET if progress is None else progress,
+            backend_options=backend_options or None,
         )
         try:
             for value in iterator:

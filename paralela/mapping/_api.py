@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 from paralela._config import UNSET, resolve
 from paralela.backends import Backend, get_backend
 from paralela.errors import ConfigError, MapError, UnpicklableError
-from paralela.mapping._chunking import make_chunker
+from paralela.mapping._chunking import FixedChunker, make_chunker
 from paralela.mapping._engine import MapIterator, Plan
 from paralela.mapping._progress import make_progress
 from paralela.mapping._summary import Results
@@ -52,6 +52,7 @@ def imap(
     retries: int | Any = UNSET,
     run_dir: str | os.PathLike[str] | None = None,
     progress: bool | Any | None = UNSET,
+    backend_options: Mapping[str, Any] | None = None,
 ) -> MapIterator[R]:
     """Like :func:`map`, but returns an iterator that yields results as they are ready.
 
@@ -59,10 +60,13 @@ def imap(
     generator of any length runs in bounded memory. The iterator's ``summary`` fills
     in as it runs. Leaving the loop early (or ``close()``) cancels chunks not started.
     With ``on_error="collect"`` a failed item yields ``None`` and :class:`MapError`
-    is raised once the input is done.
+    is raised once the input is done. On a backend that packs tasks (Slurm) a generator
+    is read into a list first: the number of items decides the size of the chunks.
     """
     backend_obj = get_backend(
-        resolve("backend", backend, "processes"), resolve("workers", workers, None)
+        resolve("backend", backend, "processes"),
+        resolve("workers", workers, None),
+        backend_options,
     )
     if on_error not in ("raise", "collect"):
         raise ConfigError(f"on_error must be 'raise' or 'collect', got {on_error!r}.")
@@ -94,6 +98,14 @@ def imap(
         on_error == "raise",
     )
     total = len(items) if hasattr(items, "__len__") else None  # type: ignore[arg-type]
+    packed = backend_obj.capabilities.packs_tasks
+    if packed:
+        # One chunk per cluster task, at most max_tasks() of them; each task splits its
+        # chunk again over its own CPUs (paralela.mapping._packed).
+        if total is None:
+            items = list(items)
+            total = len(items)
+        chunker = FixedChunker(_packed_chunk_size(total, backend_obj, chunksize))
     store = None
     if run_dir is not None:
         identity = {"function": fingerprint_function(fn)}
@@ -105,8 +117,16 @@ def imap(
             {"kind": "map", "function_name": getattr(fn, "__qualname__", repr(fn)), "items": total},
         )
     bar = make_progress(resolve("progress", progress, None), total, getattr(fn, "__name__", "map"))
-    plan = Plan(backend_obj, job, items, total, chunker, ordered, n_retries, store, bar)
+    plan = Plan(backend_obj, job, items, total, chunker, ordered, n_retries, store, bar, packed)
     return MapIterator(plan)
+
+
+def _packed_chunk_size(total: int, backend: Backend, chunksize: int | str) -> int:
+    """Items per cluster task: all items over at most ``max_tasks()`` tasks, or
+    ``chunksize`` when that is larger (fewer, longer tasks)."""
+    limit = backend.max_tasks() or 1
+    size = max(1, -(-total // limit))
+    return max(size, chunksize) if isinstance(chunksize, int) else size
 
 
 def map(
@@ -124,15 +144,18 @@ def map(
     retries: int | Any = UNSET,
     run_dir: str | os.PathLike[str] | None = None,
     progress: bool | Any | None = UNSET,
+    backend_options: Mapping[str, Any] | None = None,
 ) -> Results[R]:
     """Apply ``fn`` to every item, in parallel; return the results as a list.
 
     Args:
         fn: called as ``fn(item)``, or ``fn(item, shared)`` when ``shared`` is given.
         items: any iterable; read lazily, so it may be a generator of unknown length.
-        workers: how many workers (default: the CPUs this process may use).
+        workers: how many workers (default: the CPUs this process may use); for
+            ``backend="slurm"``, the most array tasks (``max_jobs``).
         backend: ``"processes"`` (default), ``"threads"``, ``"sequential"`` (a plain loop
-            where pdb works), or a :class:`~paralela.backends.Backend`.
+            where pdb works), ``"slurm"`` (array jobs on a cluster, see docs/slurm.md),
+            or a :class:`~paralela.backends.Backend`.
         chunksize: ``"auto"`` bunches items so that a chunk takes about 50 ms; or a
             fixed number of items per chunk.
         ordered: results in input order (default), or in the order they finish.
@@ -151,6 +174,9 @@ def map(
             function or input raises :class:`~paralela.errors.FingerprintMismatchError`.
         progress: ``True`` shows a progress bar, ``False`` hides it; by default it
             shows on a terminal.
+        backend_options: options of a backend given by name, e.g. for ``"slurm"``:
+            ``{"slurm_partition": "gpu", "cpus_per_task": 8, "timeout_min": 60}``. An
+            unknown option raises :class:`ConfigError` listing the valid ones.
 
     Returns:
         A list of results with a ``summary`` attribute (:class:`MapSummary`): items,
@@ -178,6 +204,7 @@ def map(
         retries=retries,
         run_dir=run_dir,
         progress=progress,
+        backend_options=backend_options,
     )
     values: list[R] = []
     try:

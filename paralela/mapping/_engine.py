@@ -32,6 +32,7 @@ from paralela.errors import (
     WorkerDiedError,
 )
 from paralela.mapping._chunking import Chunker
+from paralela.mapping._packed import remove_finished_pieces, run_packed
 from paralela.mapping._progress import NullProgress
 from paralela.mapping._summary import ChunkTiming, MapSummary
 from paralela.mapping._task import ChunkOutcome, ItemFailure, Job, run_chunk, short_repr
@@ -58,6 +59,8 @@ class Plan:
     retries: int
     store: RunStore | None
     progress: NullProgress
+    # Chunks go through run_packed (a local pool inside each cluster task).
+    packed: bool = False
 
 
 @dataclass
@@ -125,6 +128,8 @@ def _chunk_error(chunk: _Chunk, exc: BaseException) -> TaskError:
 
 def _submit(plan: Plan, job_ref: Broadcast[Job], chunk: _Chunk) -> Future[ChunkOutcome]:
     try:
+        if plan.packed:
+            return plan.backend.submit(run_packed, job_ref, chunk.start, chunk.items, plan.store)
         return plan.backend.submit(run_chunk, job_ref, chunk.start, chunk.items)
     except UnpicklableError:
         from paralela.backends._wire import dumps_with_buffers
@@ -218,10 +223,11 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
             items = take(size)
             if not items:
                 exhausted = True
-                return
+                break
             chunk = _Chunk(next_index, items)
             next_index = chunk.end
             inflight[_submit(plan, job_ref, chunk)] = chunk
+        backend.flush()  # backends that group submissions (Slurm arrays) send them now
 
     def accept(chunk: _Chunk, outcome: ChunkOutcome) -> None:
         n = len(chunk.items)
@@ -244,7 +250,7 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
             if plan.job.stop_at_first_error:
                 raise _task_error(outcome.failures[0])
             failures.extend(_task_error(f) for f in outcome.failures)
-        elif plan.store is not None:
+        elif plan.store is not None and not outcome.stored:
             plan.store.write(
                 StoredChunk(
                     chunk.start,
@@ -268,13 +274,18 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
         try:
             outcome = future.result()
         except WorkerDiedError as died:
+            chunk.attempts += died.attempts - 1  # the backend may have retried already
             if chunk.attempts > plan.retries:
-                raise WorkerDiedError(
+                error = WorkerDiedError(
                     died.exitcode,
                     indices=range(chunk.start, chunk.end),
                     attempts=chunk.attempts,
                     pid=died.pid,
-                ) from None
+                )
+                detail = getattr(died, "detail", "")  # how the backend saw it die
+                if detail:
+                    error.args = (f"{error.args[0]}\n{detail}",)
+                raise error from None
             chunk.attempts += 1
             summary.retries += 1
             inflight[_submit(plan, job_ref, chunk)] = chunk
@@ -308,6 +319,8 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
             for future in done:
                 collect(future)
             fill()
+        if plan.packed and plan.store is not None:
+            remove_finished_pieces(plan.store)
         if failures:
             failures.sort(key=lambda e: e.index if e.index is not None else -1)
             raise MapError(failures, [], summary)

@@ -38,7 +38,11 @@ class ItemFailure:
 
 @dataclass(frozen=True)
 class ChunkOutcome:
-    """The results of one chunk, with where and when it ran."""
+    """The results of one chunk, with where and when it ran.
+
+    ``stored`` is true when the worker already wrote the chunk to the run store (packed
+    chunks on a cluster do, so that they count even if the driver is gone).
+    """
 
     results: list[Any]
     failures: list[ItemFailure]
@@ -47,6 +51,7 @@ class ChunkOutcome:
     pid: int
     host: str
     thread: int
+    stored: bool = False
 
 
 class Job:
