@@ -79,3 +79,19 @@ def slurm_cluster() -> str:
             pytest.fail(message)
         pytest.skip(message)
     return "debug"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium for the HTML report tests: the path of its executable.
+
+    Skipped where it is not installed, except where ``tools/run-tests.sh`` installed it
+    (``PARALELA_REQUIRE_CHROMIUM=1``, as in CI): there a missing browser fails the test.
+    """
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        message = "chromium is not installed (apt-get install chromium; make test does it as root)"
+        if os.environ.get("PARALELA_REQUIRE_CHROMIUM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path

@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Run the test suite with every component it needs: the real local Slurm cluster is
-# started first (tools/local-slurm.sh; as root, which CI is) and stopped afterwards.
-# Without root (a laptop) the Slurm tests are skipped with the reason; in CI, where
-# PARALELA_REQUIRE_SLURM=1 is set, a cluster that does not come up fails them instead.
+# Run the test suite with every component it needs: Debian's chromium (for the HTML
+# report tests) is installed and the real local Slurm cluster is started first
+# (tools/local-slurm.sh; as root, which CI is), and the cluster is stopped afterwards.
+# Without root (a laptop) those tests are skipped with the reason; as root they are
+# required (PARALELA_REQUIRE_SLURM=1, PARALELA_REQUIRE_CHROMIUM=1): a component that
+# does not come up fails them instead of skipping them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 
 started=0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    # A real headless browser checks the HTML reports (Debian's chromium).
+    if ! command -v chromium >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends chromium >/dev/null || { echo "run-tests: cannot install chromium" >&2; exit 1; }
+    fi
+    export PARALELA_REQUIRE_CHROMIUM=1
     if bash tools/local-slurm.sh start; then
         started=1
         export PARALELA_REQUIRE_SLURM=1
