@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -26,13 +26,19 @@ LAUNCH_HELP = (
     "train.py, one task per rank (rank, world size, master host and port from SLURM_*). "
     "Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, "
     "MASTER_PORT and TF_CONFIG; the ranks meet at a preflight rendezvous before PROGRAM "
-    "runs. Options go before PROGRAM; everything after it is PROGRAM's."
+    "runs. Options go before PROGRAM; everything after it is PROGRAM's.\n\n"
+    "From a login node: paralela launch --slurm --nodes 2 --ntasks-per-node 4 "
+    "--gpus-per-node 4 train.py writes and submits the batch script (srun paralela "
+    "launch train.py, one task per rank), streams the ranks' output, waits, and exits "
+    "with the job's result; Ctrl-C cancels the job."
 )
 EPILOG = (
     "Exit codes: 0 every rank exited 0; 1 a rank failed (the others were stopped; its "
     "log tail is printed); 2 bad usage; 5 the ranks did not meet within "
-    "--preflight-timeout; 130 interrupted."
+    "--preflight-timeout; 130 interrupted (with --slurm: the job was cancelled)."
 )
+
+SLURM = "Slurm (--slurm)"
 
 
 @app.command(
@@ -77,7 +83,92 @@ def launch(
     prefix: Annotated[
         bool, typer.Option("--prefix/--no-prefix", help="'[rank N] ' before each line.")
     ] = True,
+    slurm: Annotated[
+        bool,
+        typer.Option(
+            "--slurm",
+            help="Submit as a Slurm job and wait (from a login node).",
+            rich_help_panel=SLURM,
+        ),
+    ] = False,
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", "-N", min=1, help="Nodes.", rich_help_panel=SLURM)
+    ] = None,
+    ntasks_per_node: Annotated[
+        int | None, typer.Option(min=1, help="Ranks per node.", rich_help_panel=SLURM)
+    ] = None,
+    gpus_per_node: Annotated[
+        int | None,
+        typer.Option(min=0, help="GPUs per node; each rank takes its own.", rich_help_panel=SLURM),
+    ] = None,
+    gpus_per_task: Annotated[
+        int | None,
+        typer.Option(min=0, help="GPUs Slurm binds to each rank.", rich_help_panel=SLURM),
+    ] = None,
+    cpus_per_task: Annotated[
+        int | None, typer.Option(min=1, help="CPUs per rank.", rich_help_panel=SLURM)
+    ] = None,
+    mem_gb: Annotated[
+        float | None, typer.Option(min=0.001, help="Memory per node, GB.", rich_help_panel=SLURM)
+    ] = None,
+    timeout_min: Annotated[
+        int | None,
+        typer.Option(
+            "--timeout-min", "--time", min=1, help="Time limit, minutes.", rich_help_panel=SLURM
+        ),
+    ] = None,
+    slurm_partition: Annotated[
+        str | None, typer.Option("--slurm-partition", "--partition", rich_help_panel=SLURM)
+    ] = None,
+    slurm_account: Annotated[
+        str | None, typer.Option("--slurm-account", "--account", rich_help_panel=SLURM)
+    ] = None,
+    slurm_qos: Annotated[
+        str | None, typer.Option("--slurm-qos", "--qos", rich_help_panel=SLURM)
+    ] = None,
+    slurm_constraint: Annotated[
+        str | None, typer.Option("--slurm-constraint", "--constraint", rich_help_panel=SLURM)
+    ] = None,
+    slurm_additional: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="More sbatch options, KEY=VALUE or KEY (repeat): reservation=r1, exclusive.",
+            rich_help_panel=SLURM,
+        ),
+    ] = None,
 ) -> None:
+    slurm_options = {
+        "nodes": nodes,
+        "ntasks_per_node": ntasks_per_node,
+        "gpus_per_node": gpus_per_node,
+        "gpus_per_task": gpus_per_task,
+        "cpus_per_task": cpus_per_task,
+        "mem_gb": mem_gb,
+        "timeout_min": timeout_min,
+        "slurm_partition": slurm_partition,
+        "slurm_account": slurm_account,
+        "slurm_qos": slurm_qos,
+        "slurm_constraint": slurm_constraint,
+        "slurm_additional": slurm_additional_options(slurm_additional),
+    }
+    if slurm:
+        if nproc is not None or local or gpus_per_rank is not None:
+            fail(
+                "--nproc, --local and --gpus-per-rank do not go with --slurm: give "
+                "--nodes and --ntasks-per-node (one rank per task), and --gpus-per-node "
+                "or --gpus-per-task.",
+                EXIT_USAGE,
+            )
+        _submit(program, module, max_restarts, log_dir, preflight_timeout, stop_grace, tf_ps,
+                prefix, slurm_options)  # fmt: skip
+        return
+    given = [k for k, v in slurm_options.items() if v is not None]
+    if given:
+        fail(
+            f"--{given[0].replace('_', '-')} is an option of Slurm jobs: add --slurm to "
+            "submit one, or leave it out to launch here.",
+            EXIT_USAGE,
+        )
     from paralela.distributed import launch as run_launch
 
     try:
@@ -106,5 +197,61 @@ def launch(
     print(
         f"paralela launch: {result.world_size} rank(s) finished{restarts} in "
         f"{result.wall_s:.1f} s; logs in {result.log_dir}",
+        file=sys.stderr,
+    )
+
+
+def slurm_additional_options(values: list[str] | None) -> list[str] | None:
+    """``KEY=VALUE`` or ``KEY`` (``reservation=r1``, ``exclusive``, ``--exclusive``) to
+    sbatch options (``--reservation=r1``, ``--exclusive``)."""
+    if not values:
+        return None
+    options = []
+    for value in values:
+        key, sep, rest = value.partition("=")
+        flag = key if key.startswith("-") else "--" + key.replace("_", "-")
+        options.append(f"{flag}={rest}" if sep else flag)
+    return options
+
+
+def _submit(
+    program: list[str],
+    module: bool,
+    max_restarts: int,
+    log_dir: Path | None,
+    preflight_timeout: float,
+    stop_grace: float,
+    tf_ps: int,
+    prefix: bool,
+    options: dict[str, Any],
+) -> None:
+    from paralela.backends.slurm._commands import SlurmCommandError
+    from paralela.distributed._slurm_submit import submit_launch
+    from paralela.errors import DistributedError
+
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        result = submit_launch(
+            program,
+            module=module,
+            max_restarts=max_restarts,
+            log_dir=log_dir,
+            preflight_timeout=preflight_timeout,
+            stop_grace=stop_grace,
+            tf_ps=tf_ps,
+            prefix=prefix,
+            **given,
+        )
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except RendezvousError as exc:
+        fail(str(exc), EXIT_RENDEZVOUS)
+    except (DistributedError, SlurmCommandError) as exc:
+        fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        fail("interrupted; the Slurm job was cancelled.", EXIT_INTERRUPTED)
+    print(
+        f"paralela launch: Slurm job {result.job_id}: {result.world_size} rank(s) finished "
+        f"in {result.wall_s:.1f} s; output {result.output}; logs in {result.log_dir}",
         file=sys.stderr,
     )

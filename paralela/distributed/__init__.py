@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from paralela.distributed._env import RankSpec, slurm_spec, tf_config
 from paralela.distributed._launcher import LaunchResult, in_slurm_step, launch
+from paralela.distributed._slurm_submit import SlurmLaunchResult, submit_launch
 
 if TYPE_CHECKING:
     from paralela.distributed._checkpoint import load_checkpoint, save_checkpoint
@@ -79,6 +80,8 @@ __all__ = [
     "LaunchResult",
     "RankSpec",
     "in_slurm_step",
+    "submit_launch",
+    "SlurmLaunchResult",
     "slurm_spec",
     "tf_config",
     # in the ranks

@@ -311,7 +311,13 @@ def _write_record(
     specs: Sequence[RankSpec],
     attempts: list[list[dict[str, Any]]],
 ) -> None:
-    name = "launch.json" if specs[0].nnodes == 1 else f"launch-node{specs[0].node_rank}.json"
+    first = specs[0]
+    if first.nnodes == 1 and len(specs) == first.world_size:
+        name = "launch.json"  # one launcher started every rank
+    elif len(specs) == first.local_world_size:
+        name = f"launch-node{first.node_rank}.json"  # one launcher per node
+    else:  # one launcher per rank (srun, a task per rank): one record each
+        name = f"launch-node{first.node_rank}-rank{first.rank}.json"
     record = {
         "argv": list(argv),
         "world_size": specs[0].world_size,

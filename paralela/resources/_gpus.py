@@ -11,6 +11,12 @@
                            ▼
             the GPUs as this process sees them: index 0, 1, ...
 
+When neither probe answers but Slurm granted GPUs to the job (``SLURM_STEP_GPUS``,
+``SLURM_JOB_GPUS`` or ``SLURM_GPUS_ON_NODE``, with ``CUDA_VISIBLE_DEVICES`` set by
+Slurm), those GPUs are taken as they are, one per ``CUDA_VISIBLE_DEVICES`` id, without
+names or memory (source ``"slurm"``): a packed sweep then uses each granted GPU as a slot
+even on a node whose driver tools this process cannot run.
+
 Each step of the chain that fails leaves a note saying why (shown by ``paralela
 info``), so "no GPU" is never a silent answer. Indices in ``CUDA_VISIBLE_DEVICES``
 are read in the order NVML and nvidia-smi number GPUs (PCI bus order), which is CUDA's
@@ -82,7 +88,8 @@ class GpuReport:
 
     Attributes:
         gpus: the GPUs this process sees, in CUDA index order.
-        source: ``"nvml"``, ``"nvidia-smi"`` or ``"none"``.
+        source: ``"nvml"``, ``"nvidia-smi"``, ``"slurm"`` (granted by Slurm, not probed)
+            or ``"none"``.
         notes: why a step of the chain failed, or ids in ``CUDA_VISIBLE_DEVICES``
             that CUDA will ignore.
     """
@@ -257,15 +264,48 @@ def _resolve(
     return chosen, []
 
 
+_SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE")
+
+
+def _slurm_granted(env: Mapping[str, str], ids: list[str]) -> list[GpuInfo]:
+    """The GPUs Slurm granted, one per ``CUDA_VISIBLE_DEVICES`` id, when no probe answered.
+
+    Only inside a Slurm job that was given GPUs (one of :data:`_SLURM_GPU_VARIABLES` set
+    and not ``0``): there ``CUDA_VISIBLE_DEVICES`` is Slurm's own. Each id is kept as the
+    device a child must be shown: a UUID as ``uuid``, an index as ``physical_index``
+    (Slurm numbers the GPUs as the job sees them), so :attr:`GpuInfo.device_id` gives
+    the id back unchanged. Ids that are neither (or repeated) give nothing: the list is
+    then not Slurm's.
+    """
+    if not (env.get("SLURM_JOB_ID") or "").strip():
+        return []
+    if not any((env.get(v) or "").strip() not in ("", "0") for v in _SLURM_GPU_VARIABLES):
+        return []
+    if len(set(ids)) != len(ids):
+        return []
+    granted = []
+    for i, token in enumerate(ids):
+        if token.isdigit():
+            uuid, physical = "", int(token)
+        elif token.startswith(("GPU-", "MIG-")):
+            uuid, physical = token, i
+        else:
+            return []
+        granted.append(GpuInfo(i, physical, uuid, "GPU granted by Slurm (not probed)", None, None))
+    return granted
+
+
 def detect_gpus(env: Mapping[str, str] | None = None, *, use_nvml: bool = True) -> GpuReport:
     """Detect the GPUs this process may use.
 
-    Tries NVML, then ``nvidia-smi`` (looked up on ``env["PATH"]``), then answers "no
+    Tries NVML, then ``nvidia-smi`` (looked up on ``env["PATH"]``), then the GPUs a
+    Slurm job was granted (``CUDA_VISIBLE_DEVICES`` as Slurm set it, with
+    ``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS``/``SLURM_GPUS_ON_NODE``), then answers "no
     GPU"; then applies ``CUDA_VISIBLE_DEVICES``. No GPU is a valid answer, never an error.
 
     Args:
-        env: the variables to read (``CUDA_VISIBLE_DEVICES``, ``PATH``); ``os.environ``
-            when ``None``.
+        env: the variables to read (``CUDA_VISIBLE_DEVICES``, ``PATH``, ``SLURM_*``);
+            ``os.environ`` when ``None``.
         use_nvml: try NVML first (tests turn it off to exercise nvidia-smi).
 
     Returns:
@@ -295,6 +335,15 @@ def detect_gpus(env: Mapping[str, str] | None = None, *, use_nvml: bool = True) 
         except _ProbeFailed as smi_failed:
             notes.append(str(smi_failed))
             gpus, migs = [], []
+    if source == "none" and ids:
+        granted = _slurm_granted(env, ids)
+        if granted:
+            notes.append(
+                f"using the {len(granted)} GPU(s) Slurm granted this job "
+                f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}) as they are: "
+                "no probe could name them or read their memory"
+            )
+            return GpuReport(tuple(granted), "slurm", tuple(notes))
     if ids is None or not (gpus or migs):
         visible = gpus  # nothing found: CUDA_VISIBLE_DEVICES has nothing to select from
     else:

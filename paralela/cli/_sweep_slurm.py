@@ -1,0 +1,122 @@
+"""``paralela sweep --backend slurm``: the command line of the sweep to run in the job,
+rebuilt from what was given here, then :func:`paralela.sweeping._slurm.submit_sweep`.
+
+Only options given on the command line are passed on (defaults stay the job's
+defaults); the Slurm options stay here; ``--study`` and ``--run-dir`` are computed
+here so that this side and the job agree on where the results are.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
+from paralela.cli._sweep import SLURM_ONLY as JOB_PARAMS  # the Slurm job's options
+from paralela.errors import ConfigError, ParalelaError
+
+__all__ = ["inner_args", "submit"]
+
+# Handled here rather than passed on as given.
+OWN_PARAMS = {"backend", "slurm_mode", "run_dir", "study", "json_out", "space", "function"}
+
+
+def inner_args(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[str]:
+    """The options given to this ``paralela sweep`` (not the Slurm ones), as arguments.
+
+    An option whose value differs from its default is passed on as Typer names it:
+    ``--name-with-dashes VALUE``, or ``--flag`` / ``--no-flag`` for a switch.
+    """
+    args: list[str] = []
+    for name, value in params.items():
+        if name in JOB_PARAMS or name in OWN_PARAMS or value == defaults.get(name):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + name.replace("_", "-"))
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                args += [flag, str(item)]
+        elif value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _study_name(study: str | None, function: str | None, command: list[str]) -> str:
+    """The name the sweep would pick itself (``paralela.sweep``'s rule), made explicit."""
+    if study:
+        return study
+    if function:
+        return function.rpartition(":")[2] or "sweep"
+    scripts = [a for a in command if a.endswith(".py")]
+    return Path(scripts[0] if scripts else command[0]).stem or "sweep"
+
+
+def submit(
+    ctx: typer.Context,
+    command: list[str],
+    function: str | None,
+    study: str | None,
+    run_dir: Path | None,
+    json_out: bool,
+) -> None:
+    """Submit the sweep as one Slurm job, stream it, exit with its result."""
+    from paralela.backends.slurm._commands import SlurmCommandError
+    from paralela.cli._launch import slurm_additional_options
+    from paralela.sweeping import SweepError
+    from paralela.sweeping._slurm import submit_sweep
+    from paralela.sweeping._space import as_space
+
+    params = ctx.params
+    if function is None and not command:
+        fail("give the trial command after '--' (or --function MODULE:FUNC).", EXIT_USAGE)
+    space = params["space"]
+    try:
+        as_space(space)  # a broken space fails here, not after waiting in the queue
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    name = _study_name(study, function, command)
+    root = run_dir if run_dir is not None else Path("paralela-runs") / name
+    args = ["--space", str(space)]
+    if function is not None:
+        args += ["--function", function]
+    from paralela.cli._sweep import sweep
+
+    defaults = {name: p.default for name, p in inspect.signature(sweep).parameters.items()}
+    args += inner_args(params, defaults)
+    if command:
+        args += ["--", *command]
+    options: dict[str, Any] = {
+        name: params[name] for name in JOB_PARAMS if params.get(name) not in (None, [], ())
+    }
+    if "slurm_additional" in options:
+        options["slurm_additional"] = slurm_additional_options(options["slurm_additional"])
+    try:
+        job = submit_sweep(
+            args,
+            run_dir=root,
+            study_name=name,
+            slurm_mode=params["slurm_mode"],
+            # With --json, stdout carries only the result; the job's output goes to stderr.
+            console=sys.stderr.buffer if json_out else None,
+            **options,
+        )
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except (SweepError, SlurmCommandError, ParalelaError) as exc:
+        fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        fail("interrupted; the Slurm job was cancelled. Run again to continue.", EXIT_INTERRUPTED)
+    if json_out:
+        typer.echo((job.run_dir / "trials.json").read_text())
+        return
+    typer.echo(
+        f"paralela sweep: Slurm job {job.job_id} finished in {job.wall_s:.1f} s; trials, "
+        f"logs and plots in {job.run_dir}",
+        err=True,
+    )
