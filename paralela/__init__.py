@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         make_slots,
     )
     from paralela.runs import RunStore
+    from paralela.staging import StageError, StageResult, VerificationError, stage, verify_stage
     from paralela.sweeping import (
         Categorical,
         Fixed,
@@ -114,6 +115,10 @@ _LAZY: dict[str, str] = {
     "make_slots": "paralela.resources",
     "RunStore": "paralela.runs",
     **dict.fromkeys(
+        ("stage", "verify_stage", "StageResult", "StageError", "VerificationError"),
+        "paralela.staging",
+    ),
+    **dict.fromkeys(
         (
             "sweep",
             "report",
@@ -162,6 +167,10 @@ __all__ = [
     # distributed training (strategies in paralela.distributed)
     "launch",
     "LaunchResult",
+    # data staging to node-local scratch
+    "stage",
+    "verify_stage",
+    "StageResult",
     # configuration
     "config",
     "UNSET",
@@ -197,6 +206,8 @@ __all__ = [
     "DistributedError",
     "RendezvousError",
     "RankFailedError",
+    "StageError",
+    "VerificationError",
     "MissingExtraError",
 ]
 

@@ -13,7 +13,13 @@ Every error says what happened, what is allowed, and what to do::
     ├── DistributedError                a distributed run (launch, strategies) cannot go on
     │   ├── RendezvousError             ranks did not all meet before the timeout
     │   └── RankFailedError             a rank of a launch died; the others were stopped
+    ├── StageError                      staging a dataset failed (paralela.staging)
+    │   └── VerificationError           a copy does not match its source's checksum
     └── MissingExtraError (ImportError) an optional dependency is not installed
+
+(``StageError`` and ``VerificationError`` live in ``paralela.staging``, next to the code
+that raises them; the Slurm backend's ``SlurmCommandError`` in
+``paralela.backends.slurm``.)
 """
 
 from __future__ import annotations

@@ -36,6 +36,10 @@ EXPORTED = {
     "MapSummary",
     "WorkerStats",
     "ChunkTiming",
+    # data staging
+    "stage",
+    "verify_stage",
+    "StageResult",
     # configuration
     "config",
     "UNSET",
@@ -71,6 +75,8 @@ EXPORTED = {
     "DistributedError",
     "RendezvousError",
     "RankFailedError",
+    "StageError",
+    "VerificationError",
     "MissingExtraError",
 }
 

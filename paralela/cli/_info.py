@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
@@ -14,11 +15,20 @@ from paralela.resources import detect, make_slots
 @app.command()
 def info(
     json_: bool = typer.Option(False, "--json", help="Print the report as JSON instead."),
+    run_dir: list[Path] = typer.Option(  # noqa: B008 (Typer's way to declare options)
+        [], "--run-dir", help="Check a run directory's filesystem (repeatable)."
+    ),
+    data: list[Path] = typer.Option(  # noqa: B008
+        [], "--data", help="Check a dataset's filesystem (repeatable)."
+    ),
 ) -> None:
     """Show the CPUs, memory, GPUs, Slurm allocation and filesystems this process may use.
 
     Also shows the default slots: one per GPU when GPUs are visible, else one per usable
-    CPU. Exits with code 2 and a message when a SLURM_* variable is malformed.
+    CPU. With --run-dir or --data, warns when those paths sit on a filesystem that is
+    wrong for the job (many small files or SQLite on a network filesystem, results in
+    scratch that is erased at the end of the job); the warnings are also in --json as
+    "advice". Exits with code 2 and a message when a SLURM_* variable is malformed.
     """
     try:
         resources = detect()
@@ -26,13 +36,29 @@ def info(
     except ConfigError as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    advice = None
+    if run_dir or data:
+        from paralela.resources._advice import advise_filesystems
+
+        advice = advise_filesystems(data=data, run_dirs=run_dir)
     if json_:
         report = resources.to_dict()
         report["slots"] = [slot.to_dict() for slot in slots]
+        if advice is not None:
+            report["advice"] = [a.to_dict() for a in advice]
         typer.echo(json.dumps(report, indent=2))
         return
     from rich.console import Console
+    from rich.markup import escape
 
     from paralela.resources._render import print_report
 
-    print_report(resources, slots, Console())
+    console = Console()
+    print_report(resources, slots, console)
+    if advice is not None:
+        console.print()
+        console.print("[bold]Filesystem advice[/bold]")
+        for item in advice:
+            console.print(f"[yellow]Warning[/yellow] ({item.role}): {escape(item.message)}")
+        if not advice:
+            console.print("no warnings: the given paths are on suitable filesystems.")
