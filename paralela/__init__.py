@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         imap,
         map,
     )
+    from paralela.reporting import RunReport, write_report
     from paralela.resources import (
         THREAD_VARIABLES,
         CpuInfo,
@@ -52,6 +53,14 @@ if TYPE_CHECKING:
         make_slots,
     )
     from paralela.runs import RunStore
+    from paralela.scaling import (
+        ScalingError,
+        ScalingResult,
+        fit_amdahl,
+        fit_gustafson,
+        load_scaling,
+        measure,
+    )
     from paralela.staging import StageError, StageResult, VerificationError, stage, verify_stage
     from paralela.sweeping import (
         Categorical,
@@ -115,6 +124,12 @@ _LAZY: dict[str, str] = {
     "make_slots": "paralela.resources",
     "RunStore": "paralela.runs",
     **dict.fromkeys(
+        ("measure", "fit_amdahl", "fit_gustafson", "ScalingResult", "ScalingError", "load_scaling"),
+        "paralela.scaling",
+    ),
+    "write_report": "paralela.reporting",
+    "RunReport": "paralela.reporting",
+    **dict.fromkeys(
         ("stage", "verify_stage", "StageResult", "StageError", "VerificationError"),
         "paralela.staging",
     ),
@@ -167,6 +182,16 @@ __all__ = [
     # distributed training (strategies in paralela.distributed)
     "launch",
     "LaunchResult",
+    # scaling analysis
+    "measure",
+    "fit_amdahl",
+    "fit_gustafson",
+    "ScalingResult",
+    "ScalingError",
+    "load_scaling",
+    # run reports
+    "write_report",
+    "RunReport",
     # data staging to node-local scratch
     "stage",
     "verify_stage",

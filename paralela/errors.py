@@ -18,7 +18,8 @@ Every error says what happened, what is allowed, and what to do::
     └── MissingExtraError (ImportError) an optional dependency is not installed
 
 (``StageError`` and ``VerificationError`` live in ``paralela.staging``, next to the code
-that raises them; the Slurm backend's ``SlurmCommandError`` in
+that raises them, as ``SweepError`` in ``paralela.sweeping``, ``ScalingError`` in
+``paralela.scaling`` and the Slurm backend's ``SlurmCommandError`` in
 ``paralela.backends.slurm``.)
 """
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 from typer.testing import CliRunner
@@ -15,7 +18,20 @@ from paralela.demos._map_demo import FEATURES
 from paralela.errors import ConfigError
 
 
-def test_demo_prints_the_table_the_speedup_and_the_equality_check() -> None:
+def report_sections(out: str) -> list[dict[str, object]]:
+    """The sections of the report whose URL the demo printed last."""
+    lines = out.strip().splitlines()
+    assert lines[-1].startswith("Report: file:///"), out
+    page = Path(unquote(urlparse(lines[-1].removeprefix("Report: ")).path))
+    assert page.is_file(), page
+    text = page.read_text()
+    payload = text.split('id="paralela-report-data">', 1)[1].split("</script>", 1)[0]
+    sections: list[dict[str, object]] = json.loads(payload)["sections"]
+    return sections
+
+
+def test_demo_prints_the_table_the_speedup_and_the_equality_check(tmp_path: Path) -> None:
+    demo_dir = tmp_path / "demo"
     proc = subprocess.run(
         [
             sys.executable,
@@ -28,6 +44,8 @@ def test_demo_prints_the_table_the_speedup_and_the_equality_check() -> None:
             "2",
             "--trials",
             "4",
+            "--run-dir",
+            str(demo_dir),
         ],
         capture_output=True,
         text=True,
@@ -53,6 +71,18 @@ def test_demo_prints_the_table_the_speedup_and_the_equality_check() -> None:
     assert row is not None, out
     assert float(row.group(1)) > 80.0
     assert "Each rank's log:" in out
+    # The report of the three steps, their runs kept under one directory.
+    sections = report_sections(out)
+    assert [(s["kind"], s["path"]) for s in sections] == [
+        ("map", str(demo_dir / "map")),
+        ("sweep", str(demo_dir / "sweep")),
+        ("launch", str(demo_dir / "launch")),
+    ]
+    summary = json.loads((demo_dir / "map" / "summary.json").read_text())
+    timeline = sections[0]["timeline"]
+    assert isinstance(timeline, dict)
+    assert len(timeline["bars"]) == len(summary["timeline"]) == summary["chunks"]
+    assert sorted((demo_dir).glob("report-*.png"))
 
 
 def test_run_map_demo_measures_both_runs() -> None:
@@ -96,9 +126,10 @@ def test_demo_rejects_zero_items_as_usage_error() -> None:
     assert "--items" in result.output
 
 
-def test_demo_without_the_sweep_step() -> None:
+def test_demo_without_the_sweep_step(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "paralela", "demo", "--items", "8", "--trials", "0", "--ranks", "0"],
+        cwd=tmp_path,  # the default demo directory: paralela-runs/demo-<time> here
         capture_output=True,
         text=True,
         timeout=60,
@@ -107,3 +138,14 @@ def test_demo_without_the_sweep_step() -> None:
     assert "Results equal: yes" in proc.stdout
     assert "Hyperparameter sweep" not in proc.stdout
     assert "Data-parallel training" not in proc.stdout
+    sections = report_sections(proc.stdout)
+    assert [s["kind"] for s in sections] == ["map"]
+    (demo_dir,) = (tmp_path / "paralela-runs").glob("demo-*")
+    assert sections[0]["path"] == str(demo_dir.resolve() / "map")
+
+
+def test_demo_refuses_a_run_dir_that_is_not_empty(tmp_path: Path) -> None:
+    (tmp_path / "old.txt").write_text("an earlier run")
+    result = CliRunner().invoke(app, ["demo", "--run-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "is not empty" in result.output

@@ -36,6 +36,16 @@ EXPORTED = {
     "MapSummary",
     "WorkerStats",
     "ChunkTiming",
+    # scaling analysis
+    "measure",
+    "fit_amdahl",
+    "fit_gustafson",
+    "ScalingResult",
+    "ScalingError",
+    "load_scaling",
+    # run reports
+    "write_report",
+    "RunReport",
     # data staging
     "stage",
     "verify_stage",

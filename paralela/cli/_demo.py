@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -18,7 +21,10 @@ DEMO_HELP = (
     "give the same features, and prints the times, the speed-up and how busy the "
     "workers were. Then tunes a small PyTorch MLP on scikit-learn's digits data set "
     "with paralela.sweep: one trial per slot, median pruning, and trains it with 2 "
-    "data-parallel ranks started by paralela launch (DDP). Takes about 25-35 s on 2 cores."
+    "data-parallel ranks started by paralela launch (DDP). Takes about 25-35 s on 2 cores.\n\n"
+    "Each step keeps its run directory under one demo directory (map/, sweep/, launch/); "
+    "the demo ends by writing their HTML report there (paralela report) and printing "
+    "its file:// URL."
 )
 
 
@@ -58,6 +64,15 @@ def demo(
             help="Ranks of the data-parallel training step (DDP on digits); 0 skips it.",
         ),
     ] = 2,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--run-dir",
+            help="Where the steps keep their runs and the report goes (a new directory). "
+            "Default: paralela-runs/demo-<time>.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the map demo (:func:`paralela.demos.run_map_demo`) and print what it measured."""
     from rich.console import Console
@@ -67,12 +82,13 @@ def demo(
 
     n = DEFAULT_ITEMS if items is None else items
     console = Console(highlight=False)
+    directory = _demo_dir(run_dir)
     console.print(
         f"[bold]paralela demo[/bold]: extracting features from {n} synthetic sensor "
         "recordings, serially and then in parallel..."
     )
     try:
-        result = run_map_demo(n, workers)
+        result = run_map_demo(n, workers, run_dir=directory / "map")
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
 
@@ -103,12 +119,48 @@ def demo(
         f"Results equal: yes ({result.items} x {result.features} features, serial == parallel)."
     )
     if trials > 0:
-        _sweep_step(console, trials, workers)
+        _sweep_step(console, trials, workers, directory / "sweep")
     if ranks > 0:
-        _training_step(console, ranks)
+        _training_step(console, ranks, directory / "launch")
+    _report_step(console, directory)
 
 
-def _sweep_step(console: Any, trials: int, workers: int | None) -> None:
+def _demo_dir(run_dir: Path | None) -> Path:
+    """A new directory for the demo's runs: ``run_dir``, or paralela-runs/demo-<time>."""
+    if run_dir is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = Path("paralela-runs") / f"demo-{stamp}-{os.getpid()}"
+    if run_dir.exists() and any(run_dir.iterdir()):
+        fail(
+            f"--run-dir {run_dir} is not empty; the demo needs a new directory (its map "
+            "would resume from an earlier run). Give another, or leave it out.",
+            EXIT_USAGE,
+        )
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"Cannot create the demo's directory {run_dir}: {exc.strerror}.", EXIT_USAGE)
+    return run_dir.resolve()
+
+
+def _report_step(console: Any, directory: Path) -> None:
+    """Write the report of every step that ran and print its URL."""
+    from paralela.reporting import write_report
+
+    try:
+        written = write_report(directory)
+    except ConfigError as exc:
+        fail(f"The report could not be written: {exc}", EXIT_FAILED)
+    for problem in written.problems:
+        console.print(f"Note: {problem}", markup=False)
+    console.print(
+        f"\n[bold]Report[/bold] of the {len(written.runs)} step(s) above: timelines, busy "
+        "time per worker, where the time went, the sweep's leaderboard and plots."
+    )
+    console.print(f"Report: {written.url}", soft_wrap=True, markup=False, highlight=False)
+
+
+def _sweep_step(console: Any, trials: int, workers: int | None, run_dir: Path) -> None:
     """The sweep step: tune the digits MLP, one trial per slot, with median pruning."""
     from rich.table import Table
 
@@ -121,7 +173,7 @@ def _sweep_step(console: Any, trials: int, workers: int | None) -> None:
         "hopeless trials pruned..."
     )
     try:
-        sweep = run_sweep_demo(trials, workers)
+        sweep = run_sweep_demo(trials, workers, run_dir=run_dir)
     except MissingExtraError as exc:
         fail(str(exc), EXIT_USAGE)
     table = Table(title="Sweep: digits MLP", title_justify="left")
@@ -145,7 +197,7 @@ def _sweep_step(console: Any, trials: int, workers: int | None) -> None:
     )
 
 
-def _training_step(console: Any, ranks: int) -> None:
+def _training_step(console: Any, ranks: int, log_dir: Path) -> None:
     """The training step: ``ranks`` processes train the digits MLP with all-reduce."""
     from rich.table import Table
 
@@ -158,7 +210,7 @@ def _training_step(console: Any, ranks: int) -> None:
         "averaged with all-reduce)..."
     )
     try:
-        run = run_ddp_demo(ranks)
+        run = run_ddp_demo(ranks, log_dir=log_dir)
     except MissingExtraError as exc:
         fail(str(exc), EXIT_USAGE)
     except DistributedError as exc:

@@ -45,8 +45,13 @@ class DdpDemoResult:
     log_dir: Path
 
 
-def run_ddp_demo(ranks: int = DEFAULT_RANKS, epochs: int = EPOCHS) -> DdpDemoResult:
+def run_ddp_demo(
+    ranks: int = DEFAULT_RANKS, epochs: int = EPOCHS, log_dir: Path | None = None
+) -> DdpDemoResult:
     """Launch ``ranks`` processes that train the digits MLP together; wait for them.
+
+    ``log_dir`` gets the ranks' logs and ``launch.json``; default: a fresh temporary
+    directory.
 
     Raises:
         RankFailedError / RendezvousError: a rank died or did not start (the message
@@ -72,7 +77,7 @@ def run_ddp_demo(ranks: int = DEFAULT_RANKS, epochs: int = EPOCHS) -> DdpDemoRes
         module=True,
         nproc=ranks,
         gpus_per_rank=gpus_per_rank,
-        log_dir=work / "logs",
+        log_dir=log_dir or work / "logs",
         console=io.BytesIO(),  # the demo prints a table; the ranks' lines are in the logs
     )
     data = json.loads(out.read_text())

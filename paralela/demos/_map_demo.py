@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -105,12 +106,18 @@ class MapDemoResult:
         return self.summary.busy_fraction
 
 
-def run_map_demo(items: int = DEFAULT_ITEMS, workers: int | None = None) -> MapDemoResult:
+def run_map_demo(
+    items: int = DEFAULT_ITEMS,
+    workers: int | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+) -> MapDemoResult:
     """Extract features from ``items`` recordings serially, then with :func:`paralela.map`.
 
     Args:
         items: how many recordings (at least 1).
         workers: worker processes for the parallel run; ``None``: every usable CPU.
+        run_dir: the parallel run's run directory (its chunks and ``summary.json``,
+            for ``paralela report``); give a fresh one, or it resumes. ``None``: none.
 
     Raises:
         ConfigError: ``items`` or ``workers`` below 1.
@@ -125,7 +132,7 @@ def run_map_demo(items: int = DEFAULT_ITEMS, workers: int | None = None) -> MapD
 
     backend = get_backend("processes", workers)  # the pool paralela.map uses (shared)
     t0 = time.perf_counter()
-    parallel = pmap(extract_features, seeds, backend=backend, progress=False)
+    parallel = pmap(extract_features, seeds, backend=backend, progress=False, run_dir=run_dir)
     parallel_seconds = time.perf_counter() - t0
 
     return MapDemoResult(

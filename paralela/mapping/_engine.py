@@ -34,7 +34,7 @@ from paralela.errors import (
 from paralela.mapping._chunking import Chunker
 from paralela.mapping._packed import remove_finished_pieces, run_packed
 from paralela.mapping._progress import NullProgress
-from paralela.mapping._summary import ChunkTiming, MapSummary
+from paralela.mapping._summary import ChunkTiming, MapSummary, record_timings
 from paralela.mapping._task import ChunkOutcome, ItemFailure, Job, run_chunk, short_repr
 from paralela.runs import RunStore, StoredChunk
 from paralela.runs._fingerprint import digest_items
@@ -171,6 +171,7 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
     next_index = 0
     next_yield = 0
     exhausted = False
+    record = record_timings()
     t0 = time.perf_counter()
 
     def take(n: int) -> Sequence[Any]:
@@ -234,17 +235,18 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
         plan.chunker.observe(n, outcome.finished - outcome.started)
         summary.chunks += 1
         summary.computed_items += n
-        summary.timeline.append(
-            ChunkTiming(
-                chunk.start,
-                n,
-                outcome.started,
-                outcome.finished,
-                _worker_name(outcome, isolated),
-                outcome.host,
-                chunk.attempts,
+        if record:
+            summary.timeline.append(
+                ChunkTiming(
+                    chunk.start,
+                    n,
+                    outcome.started,
+                    outcome.finished,
+                    _worker_name(outcome, isolated),
+                    outcome.host,
+                    chunk.attempts,
+                )
             )
-        )
         if outcome.failures:
             summary.failures += len(outcome.failures)
             if plan.job.stop_at_first_error:

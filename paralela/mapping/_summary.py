@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, TypeVar
 
-__all__ = ["ChunkTiming", "MapSummary", "Results", "WorkerStats"]
+from paralela.errors import ConfigError
+
+__all__ = ["RECORD_TIMINGS_ENV", "ChunkTiming", "MapSummary", "Results", "WorkerStats"]
 
 R = TypeVar("R")
+
+# Set to 0/false/no/off to keep a map from recording each chunk's ChunkTiming (the
+# timeline and the per-worker stats stay empty); read once per map call. The cost of
+# recording is measured by bench/bench_scaling.py (bench/results/scaling.md).
+RECORD_TIMINGS_ENV = "PARALELA_RECORD_TIMINGS"
+
+
+def record_timings() -> bool:
+    """Whether a map records its chunks' timings: ``$PARALELA_RECORD_TIMINGS``, default on.
+
+    Raises:
+        ConfigError: the variable holds something other than a yes or a no.
+    """
+    raw = os.environ.get(RECORD_TIMINGS_ENV, "").strip().lower()
+    if raw in ("", "1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(
+        f"Environment variable {RECORD_TIMINGS_ENV}={raw!r} is not valid; use 1 (record "
+        "each chunk's timing, the default) or 0 (do not), or unset it."
+    )
 
 
 @dataclass(frozen=True)
@@ -47,6 +72,7 @@ class MapSummary:
         wall_seconds: from the first submission to the last result.
         workers: busy time and share of the wall time per worker.
         timeline: every chunk computed in this call (for timelines and Amdahl fits).
+            Empty, as is ``workers``, when ``PARALELA_RECORD_TIMINGS=0``.
     """
 
     items: int = 0
