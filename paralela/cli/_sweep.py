@@ -20,13 +20,32 @@ SWEEP_HELP = (
     "paralela.report(value, step=...) and its last report is its value), or a Python "
     "function given with --function MODULE:FUNC, called as func(params).\n\n"
     "Example: paralela sweep --space space.yaml --trials 50 --pruner median -- "
-    "python train.py --lr {lr} --hidden {hidden}"
+    "python train.py --lr {lr} --hidden {hidden}\n\n"
+    "On Slurm: --backend slurm --gpus-per-node 4 submits the sweep as one job and "
+    "waits (one trial per GPU of the allocation), streaming its output; inside an "
+    "allocation, plain paralela sweep uses the GPUs Slurm granted."
 )
 EPILOG = (
     "Exit codes: 0 the sweep ran (failed trials are recorded, not fatal); 1 more trials "
     "failed than --max-failures allows; 2 bad usage (space file, sampler, command not "
-    "found, GPUs). Running the same command again continues the sweep."
+    "found, GPUs); 130 interrupted (with --backend slurm: the job was cancelled). "
+    "Running the same command again continues the sweep."
 )
+
+SLURM = "Slurm (--backend slurm)"
+SLURM_ONLY = (
+    "nodes",
+    "gpus_per_node",
+    "cpus_per_task",
+    "mem_gb",
+    "timeout_min",
+    "slurm_partition",
+    "slurm_account",
+    "slurm_qos",
+    "slurm_constraint",
+    "slurm_additional",
+)
+BACKENDS = ("processes", "slurm")
 
 
 @app.command(
@@ -92,6 +111,39 @@ def sweep(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the result as JSON on stdout.")
     ] = False,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="processes (trials here) or slurm (submit as one job).", rich_help_panel=SLURM
+        ),
+    ] = "processes",
+    slurm_mode: Annotated[
+        str, typer.Option(help="pack: the whole sweep in one allocation.", rich_help_panel=SLURM)
+    ] = "pack",
+    nodes: Annotated[
+        int | None, typer.Option(min=1, help="Nodes (1 for pack).", rich_help_panel=SLURM)
+    ] = None,
+    gpus_per_node: Annotated[
+        int | None,
+        typer.Option(min=0, help="GPUs of the job: one trial each.", rich_help_panel=SLURM),
+    ] = None,
+    cpus_per_task: Annotated[
+        int | None, typer.Option(min=1, help="CPUs of the job.", rich_help_panel=SLURM)
+    ] = None,
+    mem_gb: Annotated[
+        float | None, typer.Option(min=0.001, help="Memory of the job, GB.", rich_help_panel=SLURM)
+    ] = None,
+    timeout_min: Annotated[
+        int | None, typer.Option(min=1, help="Job time limit, minutes.", rich_help_panel=SLURM)
+    ] = None,
+    slurm_partition: Annotated[str | None, typer.Option(rich_help_panel=SLURM)] = None,
+    slurm_account: Annotated[str | None, typer.Option(rich_help_panel=SLURM)] = None,
+    slurm_qos: Annotated[str | None, typer.Option(rich_help_panel=SLURM)] = None,
+    slurm_constraint: Annotated[str | None, typer.Option(rich_help_panel=SLURM)] = None,
+    slurm_additional: Annotated[
+        list[str] | None,
+        typer.Option(help="More sbatch options, KEY=VALUE or KEY (repeat).", rich_help_panel=SLURM),
+    ] = None,
 ) -> None:
     import paralela
     from paralela.sweeping import SweepError
@@ -101,6 +153,17 @@ def sweep(
         command = command[1:]
     if function is not None and command:
         fail("give either --function or a command after '--', not both.", EXIT_USAGE)
+    if backend not in BACKENDS:
+        fail(f"unknown backend {backend!r}; valid backends are: {', '.join(BACKENDS)}.", EXIT_USAGE)
+    if backend == "slurm":
+        from paralela.cli._sweep_slurm import submit
+
+        submit(ctx, command, function, study, run_dir, json_out)
+        return
+    given = [n for n in SLURM_ONLY if ctx.params.get(n) not in (None, [], ())]
+    if slurm_mode != "pack" or given:
+        option = given[0].replace("_", "-") if given else "slurm-mode"
+        fail(f"--{option} is an option of Slurm jobs: add --backend slurm.", EXIT_USAGE)
     objective: object
     if function is not None:
         from paralela.cli._map import load_function
