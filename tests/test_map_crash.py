@@ -163,13 +163,17 @@ def test_a_worker_killed_from_outside_loses_nothing(
             os.kill(victim, signal.SIGKILL)
     assert got == [x * x for x in range(80)]
     s = iterator.summary
-    assert s.retries == 1  # the chunk it was running; the one queued behind it just moved
+    # The chunk it was running is run again; the one queued behind it just moves. On a
+    # loaded machine the worker can be between chunks when the signal lands, and then
+    # nothing needs a retry (test_a_worker_dying_mid_run_loses_nothing kills mid-chunk
+    # deterministically).
+    assert s.retries in (0, 1)
     assert (s.items, s.computed_items) == (80, 80)
     assert_covers_exactly(chunk_ranges(s), 80)
     retried = [t for t in s.timeline if t.attempt > 1]
-    assert len(retried) == 1
+    assert len(retried) == s.retries
     assert victim is not None
-    assert retried[0].worker != str(victim)  # re-run on a live worker
+    assert all(t.worker != str(victim) for t in retried)  # re-run on a live worker
     poll(
         lambda: (
             len(process_backend.worker_pids()) == WORKERS

@@ -2,21 +2,20 @@
 
 ``run_ddp_demo`` starts the ranks with :func:`paralela.distributed.launch` (a
 preflight rendezvous, per-rank logs, one GPU per rank where there are enough GPUs,
-else CPU ranks); each rank runs :func:`main` of this module: the digits MLP of
+else CPU ranks); each rank runs :mod:`paralela.demos._ddp_rank`: the digits MLP of
 :mod:`paralela.demos._digits`, wrapped in DDP, on its shard of each epoch. Rank 0
 writes the validation accuracy and loss as JSON.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DdpDemoResult", "main", "run_ddp_demo"]
+__all__ = ["DdpDemoResult", "run_ddp_demo"]
 
 DEFAULT_RANKS = 2
 EPOCHS = 8
@@ -73,7 +72,7 @@ def run_ddp_demo(
     out = work / "result.json"
     started = time.monotonic()
     result = launch(
-        ["paralela.demos._ddp_demo", "--epochs", str(epochs), "--out", str(out)],
+        ["paralela.demos._ddp_rank", "--epochs", str(epochs), "--out", str(out)],
         module=True,
         nproc=ranks,
         gpus_per_rank=gpus_per_rank,
@@ -89,46 +88,3 @@ def run_ddp_demo(
         wall_seconds=time.monotonic() - started,
         log_dir=result.log_dir,
     )
-
-
-def main() -> None:
-    """One rank of the demo's training (run by the launcher, not by hand)."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=int, default=EPOCHS)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-
-    import torch
-    from torch.nn import functional
-    from torch.utils.data import TensorDataset
-
-    import paralela.distributed as pd
-    from paralela.demos._digits import _data
-
-    ctx = pd.init()
-    x_train, y_train, x_val, y_val = _data()
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
-    ).to(ctx.device)
-    ddp = pd.data_parallel(model)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=LEARNING_RATE, momentum=0.9)
-    loader = pd.shard(TensorDataset(x_train, y_train), batch_size=BATCH_PER_RANK)
-    for _ in range(args.epochs):
-        for x, y in loader:
-            optimizer.zero_grad()
-            loss = functional.cross_entropy(ddp(x.to(ctx.device)), y.to(ctx.device))
-            loss.backward()  # type: ignore[no-untyped-call]  # untyped in torch 2.13
-            optimizer.step()
-    if ctx.is_main:
-        with torch.no_grad():
-            logits = model(x_val.to(ctx.device)).cpu()
-        result = {
-            "accuracy": float((logits.argmax(1) == y_val).float().mean()),
-            "val_loss": float(functional.cross_entropy(logits, y_val)),
-        }
-        args.out.write_text(json.dumps(result))
-
-
-if __name__ == "__main__":
-    main()

@@ -7,6 +7,8 @@ script also runs as plain ``python train.py``.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,7 +122,17 @@ def init(backend: str | None = None, *, timeout: timedelta = DEFAULT_TIMEOUT) ->
         timeout=timeout,
         device_id=device if device.type == "cuda" else None,
     )
+    # A group still alive when the interpreter exits can abort the process from gloo's
+    # or NCCL's threads ("terminate called without an active exception"): end it first.
+    atexit.register(_destroy_group)
     return _context(torch)
+
+
+def _destroy_group() -> None:
+    dist = _torch().distributed
+    if dist.is_initialized():
+        with contextlib.suppress(Exception):  # exiting anyway: a peer may be gone already
+            dist.destroy_process_group()
 
 
 def _context(torch: Any) -> DistContext:
