@@ -36,6 +36,7 @@ __all__ = [
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = timedelta(minutes=10)  # torch's own default for collectives
+EXIT_BARRIER_S = 30  # how long a finished rank waits for its peers at exit
 
 
 def _torch() -> Any:
@@ -129,10 +130,24 @@ def init(backend: str | None = None, *, timeout: timedelta = DEFAULT_TIMEOUT) ->
 
 
 def _destroy_group() -> None:
+    """At exit: wait (briefly) for the other ranks, then end the group.
+
+    Without it, gloo's threads still hold work when the interpreter is torn down and the
+    process can die with SIGABRT; and a rank that ends its group while a peer still
+    talks to rank 0's store can make that peer abort. A peer that is gone already does
+    not hold the exit up for long: the barrier gives up after EXIT_BARRIER_S.
+    """
     dist = _torch().distributed
-    if dist.is_initialized():
-        with contextlib.suppress(Exception):  # exiting anyway: a peer may be gone already
-            dist.destroy_process_group()
+    if not dist.is_initialized():
+        return
+    with contextlib.suppress(Exception):  # exiting anyway: a peer may be gone already
+        if dist.get_world_size() > 1:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=timedelta(seconds=EXIT_BARRIER_S))
+            else:
+                dist.barrier()
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
 
 
 def _context(torch: Any) -> DistContext:
