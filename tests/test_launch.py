@@ -244,6 +244,14 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+def started(tmp_path: Path, ranks: int) -> bool:
+    """Whether every rank wrote its whole record (a file can exist half written)."""
+    try:
+        return all(seen(tmp_path, r)["argv"] is not None for r in range(ranks))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
@@ -275,8 +283,7 @@ def test_stopping_the_launcher_stops_every_rank(
         text=True,
     )
     try:
-        out = tmp_path / "out"
-        wait_for(lambda: len(list(out.glob("rank-*.json"))) == 2, 60, "both ranks to start")
+        wait_for(lambda: started(tmp_path, 2), 60, "both ranks to start")
         pids = [int(str(seen(tmp_path, r)["pid"])) for r in (0, 1)]
         launcher.send_signal(sig)
         _, err = launcher.communicate(timeout=30)
@@ -287,7 +294,7 @@ def test_stopping_the_launcher_stops_every_rank(
     finally:
         if launcher.poll() is None:
             launcher.kill()
-            launcher.wait()
+            launcher.communicate()  # also closes the pipe
 
 
 def test_with_tf_parameter_servers_the_chief_ending_ends_the_job(
