@@ -496,9 +496,16 @@ def run_paralela(job: Job, kind: str) -> Outcome:
     else:
         target = _objective(job.objective)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=job.workdir))
-    # As for the optuna rows, whose clock starts after `import optuna`: paralela imports
-    # optuna and SQLAlchemy lazily, inside the call, so load them before the clock too.
+    # As for the optuna rows, whose clock starts after `import optuna` and after
+    # `create_study` (which loads SQLAlchemy and alembic): paralela imports them lazily,
+    # inside the call, so load them before the clock too. `import optuna.storages` alone
+    # does not: Optuna loads SQLAlchemy, its models and alembic on the first RDBStorage
+    # (0.4-0.5 s of CPU). paralela's clock still includes creating the database.
+    import alembic.migration
+    import alembic.script  # noqa: F401
     import optuna.storages  # noqa: F401
+    import sqlalchemy.orm  # noqa: F401
+    from optuna.storages._rdb import models  # noqa: F401
 
     import paralela.sweeping._api
 

@@ -248,6 +248,13 @@ def two_objectives(params: dict[str, Any]) -> tuple[float, float]:
     return x * x, math.sin(x)
 
 
+def modules_loaded(params: dict[str, Any]) -> float:
+    """Notes whether Optuna is loaded in this worker (a trial that reports nothing needs
+    no Optuna, nor its start-up time)."""
+    note("modules", optuna="optuna" in sys.modules, sqlalchemy="sqlalchemy" in sys.modules)
+    return float(params["x"])
+
+
 def raises(params: dict[str, Any]) -> float:
     """A bug in the objective."""
     note("ran", params=params)

@@ -427,3 +427,57 @@ def test_plots_can_be_left_out(tmp_path: Path) -> None:
     assert (run_dir / "trials.csv").exists()
     assert not (run_dir / "plots").exists()
     assert not any(note.startswith("plot not drawn") for note in result.notes)
+
+
+# -- what a trial loads: its start-up is slot time -------------------------------------
+
+
+def test_function_trials_that_report_nothing_never_load_optuna(
+    record: Path, tmp_path: Path
+) -> None:
+    result = paralela.sweep(
+        sweep_helpers.modules_loaded, SPACE, n_trials=4, workers=2, run_dir=tmp_path / "run"
+    )
+    assert [t.state for t in result.trials] == ["COMPLETE"] * 4
+    seen = notes(record, "modules")
+    assert len(seen) == 4
+    assert not any(n["optuna"] or n["sqlalchemy"] for n in seen)
+
+
+def test_report_in_a_command_trial_loads_nothing_heavy(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = """if True:
+        import sys
+        before = set(sys.modules)
+        import paralela
+        for value in (0.25, float("inf"), float("-inf"), float("nan")):
+            paralela.report(value)
+        paralela.report(2.0, step=7)
+        print(" ".join(sorted(set(sys.modules) - before)))
+    """
+    read_end, write_end = os.pipe()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PARALELA_REPORT_FD": str(write_end)},
+            pass_fds=(write_end,),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    finally:
+        os.close(write_end)
+    with os.fdopen(read_end) as reports:
+        lines = [json.loads(line) for line in reports]
+    loaded = set(done.stdout.split())
+    assert "paralela.sweeping._report" in loaded
+    assert not loaded & {"json", "dataclasses", "threading", "optuna", "paralela.errors"}
+    assert [line["step"] for line in lines] == [0, 1, 2, 3, 7]
+    values = [line["value"] for line in lines]
+    assert values[:3] == [0.25, math.inf, -math.inf]
+    assert math.isnan(values[3])
+    assert values[4] == 2.0

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from paralela.sweeping._api import sweep
+    from paralela.sweeping._context import TrialPruned
     from paralela.sweeping._driver import SweepError
-    from paralela.sweeping._report import TrialPruned, current_params, report
+    from paralela.sweeping._report import current_params, report
     from paralela.sweeping._results import SweepResult, TrialRecord
     from paralela.sweeping._space import (
         Categorical,
@@ -43,7 +44,7 @@ __all__ = [
 _LAZY = {
     "sweep": "paralela.sweeping._api",
     "SweepError": "paralela.sweeping._driver",
-    "TrialPruned": "paralela.sweeping._report",
+    "TrialPruned": "paralela.sweeping._context",
     "current_params": "paralela.sweeping._report",
     "report": "paralela.sweeping._report",
     "SweepResult": "paralela.sweeping._results",

@@ -15,10 +15,12 @@ from paralela.sweeping._outputs import records_from_study, write_outputs
 from paralela.sweeping._results import SweepResult
 from paralela.sweeping._space import Space, as_space
 from paralela.sweeping._study import (
+    DRIVER_ATTR,
     INTERRUPTED_ATTR,
     UNUSED_ATTR,
     _optuna,
     choose_storage,
+    driver_identity,
     make_pruner,
     make_sampler,
     open_storage,
@@ -196,71 +198,109 @@ def sweep(
         notes.append(choice.note)
         print(f"paralela sweep: {choice.note}", file=sys.stderr)
     slots = _slots(workers, gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory, notes)
-    storage_obj = open_storage(choice.spec)
+    backend = None
+    database = None
+    try:
+        if function is not None:  # the workers boot while the database opens
+            from paralela.backends._processes import ProcessBackend
+
+            backend = ProcessBackend(slots=slots)
+        database = open_storage(choice.spec, wal=storage is None)
+        study = _open_study(
+            optuna, database, name, choice.spec, sampler_obj, pruner_obj, directions
+        )
+        recovered = recover_interrupted(study)
+        if recovered:
+            notes.append(f"re-running trials interrupted when a driver died: {recovered}")
+        if space_.configurations is not None and not study.user_attrs.get(CONFIGS_ATTR):
+            for configuration in space_.configurations:
+                study.enqueue_trial(dict(configuration))
+            study.set_user_attr(CONFIGS_ATTR, True)
+        counted = _counted(study)
+
+        from paralela.sweeping._live import make_view
+
+        view = make_view(progress, f"sweep {name}", -1.0 if directions[0] == "maximize" else 1.0)
+        try:
+            records, wall, busy = run_trials(
+                study=study,
+                distributions=space_.distributions(),
+                fixed=space_.fixed(),
+                objective=function,
+                command=command,
+                storage_spec=choice.spec,
+                slots=slots,
+                backend=backend,
+                budget=Budget(n_trials, timeout, max_failures),
+                already_counted=counted,
+                log_dir=root / "trials",
+                grace_period=grace_period,
+                on_change=view.update,
+            )
+        finally:
+            view.close()
+        sync = getattr(study._storage, "sync", None)
+        if sync is not None:  # read what others wrote (function trials' reports)
+            sync(study._study_id)
+        result = SweepResult(
+            study_name=name,
+            storage=choice.spec,
+            run_dir=root,
+            directions=directions,
+            trials=records_from_study(study, records, root / "trials", space_.fixed()),
+            wall_seconds=wall,
+            slots=len(slots),
+            busy_fraction=busy,
+            notes=notes,
+        )
+        write_outputs(result, study, plots=plots)
+        return result
+    finally:
+        if backend is not None:  # run_trials has shut it down, unless it never ran
+            backend.shutdown(wait=False, cancel_futures=True)
+        engine = getattr(database, "engine", None)
+        if engine is not None:  # closes the database (SQLite: folds in and removes -wal)
+            engine.dispose()
+
+
+def _open_study(
+    optuna: Any,
+    database: Any,
+    name: str,
+    spec: str,
+    sampler: Any,
+    pruner: Any,
+    directions: list[str],
+) -> Any:
+    """Create or continue the study; the driver sees an RDB through a :class:`DriverStorage`."""
+    from paralela.sweeping._cache import DriverStorage
+
+    storage = database
+    if isinstance(database, optuna.storages.RDBStorage):
+        storage = DriverStorage(database, new_trial_attrs={DRIVER_ATTR: driver_identity()})
     try:
         study = optuna.create_study(
             study_name=name,
-            storage=storage_obj,
-            sampler=sampler_obj,
-            pruner=pruner_obj,
+            storage=storage,
+            sampler=sampler,
+            pruner=pruner,
             directions=directions,
             load_if_exists=True,
         )
     except ValueError as exc:
         raise ConfigError(
-            f"The study {name!r} in {choice.spec} cannot be continued as asked: {exc}. Use "
+            f"The study {name!r} in {spec} cannot be continued as asked: {exc}. Use "
             "the same direction(s) as before, or another run_dir / study name."
         ) from exc
     # Optuna loads an existing study whatever direction is asked: refuse a mismatch here.
     stored = [d.name.lower() for d in study.directions]
     if stored != directions:
         raise ConfigError(
-            f"The study {name!r} in {choice.spec} was started with direction(s) "
+            f"The study {name!r} in {spec} was started with direction(s) "
             f"{', '.join(stored)}, not {', '.join(directions)}. Use the same direction(s) as "
             "before, or another run_dir / study name."
         )
-    recovered = recover_interrupted(study)
-    if recovered:
-        notes.append(f"re-running trials interrupted when a driver died: {recovered}")
-    if space_.configurations is not None and not study.user_attrs.get(CONFIGS_ATTR):
-        for configuration in space_.configurations:
-            study.enqueue_trial(dict(configuration))
-        study.set_user_attr(CONFIGS_ATTR, True)
-    counted = _counted(study)
-
-    from paralela.sweeping._live import make_view
-
-    view = make_view(progress, f"sweep {name}", -1.0 if directions[0] == "maximize" else 1.0)
-    try:
-        records, wall, busy = run_trials(
-            study=study,
-            distributions=space_.distributions(),
-            fixed=space_.fixed(),
-            objective=function,
-            command=command,
-            storage_spec=choice.spec,
-            slots=slots,
-            budget=Budget(n_trials, timeout, max_failures),
-            already_counted=counted,
-            log_dir=root / "trials",
-            grace_period=grace_period,
-            on_change=view.update,
-        )
-    finally:
-        view.close()
-    result = SweepResult(
-        study_name=name,
-        storage=choice.spec,
-        run_dir=root,
-        directions=directions,
-        trials=records_from_study(study, records, root / "trials", space_.fixed()),
-        wall_seconds=wall,
-        slots=len(slots),
-        busy_fraction=busy,
-        notes=notes,
-    )
-    write_outputs(result, study, plots=plots)
-    return result
+    return study
 
 
 def _counted(study: Any) -> int:

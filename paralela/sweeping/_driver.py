@@ -10,6 +10,8 @@
                                                      ▼
     main loop: start trials while budgets allow; on a report: record it, ask the pruner,
     stop a pruned command (SIGTERM, then SIGKILL); on an end: study.tell(), free the slot
+    python-script commands: each busy slot's next trial is taken ahead and its process
+    started, held at a gate (``_gate``) until the slot frees
 
 Trials left RUNNING by a driver that died are failed and queued again on the next run
 (see ``_study.recover_interrupted``); finished trials are never run again. The command
@@ -25,6 +27,7 @@ interrupted ones, for the next run.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import queue
 import time
@@ -34,8 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from paralela.backends import Broadcast
+from paralela.backends._wire import dumps
 from paralela.errors import ConfigError, ParalelaError
 from paralela.resources import Slot
+from paralela.sweeping._gate import is_python_script
 from paralela.sweeping._oracle import LOG_ERROR_CHARS, Oracle
 from paralela.sweeping._results import TrialRecord
 from paralela.sweeping._study import UNUSED_ATTR, requeue_interrupted
@@ -85,13 +90,18 @@ def run_trials(
     command: Sequence[str] | None,
     storage_spec: str,
     slots: list[Slot],
+    backend: Any,
     budget: Budget,
     already_counted: int,
     log_dir: Path,
     grace_period: float,
     on_change: Callable[[list[TrialRecord], list[TrialRecord]], None],
 ) -> tuple[list[TrialRecord], float, float]:
-    """Run trials until the budget is spent. Returns (records of this run, wall, busy)."""
+    """Run trials until the budget is spent. Returns (records of this run, wall, busy).
+
+    ``backend``: the function trials' ``ProcessBackend`` (its workers pinned to
+    ``slots``), shut down here at the end; ``None`` for command trials.
+    """
     from optuna.trial import TrialState
 
     events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -102,45 +112,67 @@ def run_trials(
     started = 0
     t0 = time.time()
     busy = 0.0
-    backend = None
     job_ref = None
     if objective is not None:
-        from paralela.backends._processes import ProcessBackend
-
-        backend = ProcessBackend(slots=slots)
-        job_ref = Broadcast(FunctionJob(objective, storage_spec, study.study_name, study.pruner))
+        job_ref = Broadcast(
+            FunctionJob(objective, storage_spec, study.study_name, dumps(study.pruner))
+        )
 
     def failed_too_often() -> bool:
         return budget.max_failures is not None and failures > budget.max_failures
 
-    def may_start() -> bool:
+    def stopped() -> bool:  # no trial may start any more, not even one already taken
+        if budget.timeout is not None and time.time() - t0 >= budget.timeout:
+            return True
+        return failed_too_often()
+
+    def may_start() -> bool:  # a new trial may be taken and started
         if budget.n_trials is not None and already_counted + started >= budget.n_trials:
             return False
-        if budget.timeout is not None and time.time() - t0 >= budget.timeout:
-            return False
-        return not failed_too_often()
+        return not stopped()
 
     limit = None if budget.n_trials is None else max(0, budget.n_trials - already_counted)
     oracle = Oracle(study, distributions, ahead=len(slots), limit=limit)
+    # Each slot's next trial, taken ahead, its process waiting at its gate (``_gate``);
+    # no process (None) when the gated one died before its turn: it starts plainly.
+    gate = command is not None and is_python_script(command)
+    standby: dict[int, tuple[Any, CommandTrial | None]] = {}
 
-    def launch(slot: Slot) -> None:
+    def take() -> Any:
         nonlocal started
         trial = oracle.take()
         started += 1
-        params = {**trial.params, **fixed}
+        return trial
+
+    def spec_of(trial: Any) -> TrialSpec:
         log_path = str(log_dir / f"trial-{trial.number:05d}.log")
-        spec = TrialSpec(trial._trial_id, trial.number, params, log_path)
+        return TrialSpec(trial._trial_id, trial.number, {**trial.params, **fixed}, log_path)
+
+    def start_command(trial: Any, slot: Slot, gated: bool) -> CommandTrial:
+        assert command is not None
+        assert reaper is not None
+        env = {**os.environ, **slot.env()}
+        handle = CommandTrial(command, spec_of(trial), env, events, gated=gated)
+        reaper.add(handle.process.pid)  # its own process group: pgid == pid
+        return handle
+
+    def launch(slot: Slot) -> None:
+        ready = standby.pop(slot.index, None)
+        if ready is None:
+            trial, handle = take(), None
+        else:
+            trial, handle = ready
+        spec = spec_of(trial)
         record = TrialRecord(
             trial.number,
             "RUNNING",
             None,
-            params,
+            spec.params,
             time.time(),
             slot=slot.index,
             devices=slot.env().get("CUDA_VISIBLE_DEVICES"),
-            log_path=log_path,
+            log_path=spec.log_path,
         )
-        handle: Any
         if backend is not None:
             future = backend.submit(run_function_trial, job_ref, spec)
             number = trial.number
@@ -149,16 +181,41 @@ def run_trials(
                 events.put(("done", n, f))
 
             future.add_done_callback(done)
-            handle = future
+            running[trial.number] = _Running(trial, slot, record, future)
         else:
-            assert command is not None
-            env = {**os.environ, **slot.env()}
-            handle = CommandTrial(command, spec, env, events)
+            if handle is None:
+                handle = start_command(trial, slot, gated=False)
+            else:
+                handle.open_gate()
             record.started = handle.started
-            assert reaper is not None
-            reaper.add(handle.process.pid)  # its own process group: pgid == pid
-        running[trial.number] = _Running(trial, slot, record, handle)
+            running[trial.number] = _Running(trial, slot, record, handle)
         records.append(record)
+
+    def start_slots() -> None:
+        """Start a trial on every free slot that may have one; then, for python-script
+        commands, get each busy slot's next trial ready at its gate."""
+        for slot in list(free):
+            if stopped():
+                return
+            if slot.index not in standby and not may_start():
+                if not standby:
+                    continue
+                # The trials are all taken, one of them waits on another slot: run it here
+                # now, in a fresh process with this slot's environment.
+                trial, waiting = standby.pop(next(iter(standby)))
+                if waiting is not None:
+                    waiting.close_gate()  # it exits unrun
+                with contextlib.suppress(OSError):
+                    os.unlink(spec_of(trial).log_path)
+                standby[slot.index] = (trial, None)
+            free.remove(slot)
+            launch(slot)
+        if not gate:
+            return
+        for slot in slots:
+            if slot.index not in standby and slot not in free and may_start():
+                following = take()
+                standby[slot.index] = (following, start_command(following, slot, gated=True))
 
     def finish(run: _Running, outcome: TrialOutcome) -> None:
         nonlocal failures, busy
@@ -228,10 +285,10 @@ def run_trials(
     reaper = Reaper(grace_period) if objective is None else None
     try:
         while True:
-            while free and may_start():
-                launch(free.popleft())
+            start_slots()
             if not may_start():
                 oracle.stop_asking()
+            oracle.resume()  # sample and write while the trials run (see Oracle.hold)
             on_change(records, [r.record for r in running.values()])
             if not running or failed_too_often():  # a broken sweep stops at once
                 break
@@ -239,6 +296,7 @@ def run_trials(
                 event = events.get(timeout=TICK_SECONDS)
             except queue.Empty:
                 continue
+            oracle.hold()
             while True:
                 kind = event[0]
                 if kind == "done":
@@ -259,7 +317,7 @@ def run_trials(
                 elif kind == "report":
                     handle, value, step = event[1], event[2], event[3]
                     reporting = running.get(handle.spec.number)
-                    if reporting is not None and not handle.pruned:
+                    if reporting is not None and reporting.handle is handle and not handle.pruned:
                         run = reporting
                         handle.last_value = value
                         run.record.intermediate[step] = value
@@ -269,10 +327,15 @@ def run_trials(
                             handle.terminate(grace_period)
                 elif kind == "exit":
                     handle, returncode = event[1], event[2]
-                    run = running[handle.spec.number]
                     assert reaper is not None
                     reaper.discard(handle.process.pid)
-                    finish(run, command_ended(run, returncode))
+                    ended = running.get(handle.spec.number)
+                    if ended is not None and ended.handle is handle:
+                        finish(ended, command_ended(ended, returncode))
+                    else:  # ended at its gate: its trial starts plainly in its turn
+                        for index, (trial, waiting) in list(standby.items()):
+                            if waiting is handle:
+                                standby[index] = (trial, None)
                 try:
                     event = events.get_nowait()
                 except queue.Empty:
@@ -286,7 +349,14 @@ def run_trials(
         if reaper is not None:  # stops the commands still running: SIGTERM, then SIGKILL
             reaper.close()
         oracle.stop_asking()
-        for trial in oracle.close():  # asked ahead, never started: give them back
+        unused = oracle.close()  # asked ahead, never started: give them back
+        for trial, waiting in standby.values():  # taken, never started: the same
+            if waiting is not None:
+                waiting.close_gate()  # (the reaper has stopped it already)
+            with contextlib.suppress(OSError):
+                os.unlink(spec_of(trial).log_path)
+            unused.append(trial)
+        for trial in unused:
             study._storage.set_trial_system_attr(trial._trial_id, UNUSED_ATTR, True)
             study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
         for run in running.values():  # stopped unfinished (failures, Ctrl-C): re-run later

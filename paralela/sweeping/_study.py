@@ -7,8 +7,10 @@ run directory is on a network filesystem, where SQLite's locking is unsafe.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,15 +79,54 @@ def choose_storage(run_dir: Path, storage: str | None) -> StorageChoice:
     return StorageChoice(f"sqlite:///{run_dir.resolve() / 'study.db'}")
 
 
-def open_storage(spec: str) -> Any:
-    """An Optuna storage object for ``spec``."""
+class _SQLiteConnection(sqlite3.Connection):
+    """A SQLite connection in WAL mode with ``synchronous=NORMAL``.
+
+    SQLite's default (a rollback journal, ``synchronous=FULL``) syncs the disk two or
+    three times per commit: 15-30 ms of wall time and ~2 ms of CPU per Optuna write on
+    the benchmark's VM, and a new database's tables took 0.5 s to create. In WAL mode a
+    commit appends to the ``-wal`` file and syncs only at checkpoints; readers (the
+    workers) and the writer no longer block each other. A committed trial survives the
+    driver's death; only a power cut or OS crash can lose the last commits (the database
+    stays consistent). Where WAL cannot be set (a filesystem without shared memory),
+    the connection keeps SQLite's default journal: slower, equally correct.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        with contextlib.suppress(sqlite3.OperationalError):
+            mode = self.execute("PRAGMA journal_mode=WAL").fetchone()
+            if mode is not None and str(mode[0]).lower() == "wal":
+                self.execute("PRAGMA synchronous=NORMAL")
+
+
+def open_storage(spec: str, *, checked: bool = False, wal: bool = False) -> Any:
+    """An Optuna storage object for ``spec``.
+
+    ``checked``: the database's schema was already checked against this Optuna version
+    (by the driver); a worker then skips the check, which loads Optuna's migration
+    scripts (0.1-0.3 s of CPU). A new SQLite database needs no check either.
+    ``wal``: put a SQLite database in WAL mode (see ``_SQLiteConnection``); the sweep
+    does it for its own database in the run directory, never for a database the user
+    named. The mode stays with the file: the workers' connections use it too.
+    """
     optuna = _optuna()
     if spec.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend
 
         return optuna.storages.JournalStorage(JournalFileBackend(spec.removeprefix("journal:")))
-    engine_kwargs = {"connect_args": {"timeout": 60}} if spec.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(spec, engine_kwargs=engine_kwargs)
+    if spec.startswith("sqlite"):
+        path = spec.removeprefix("sqlite:///")
+        new = path != spec and path != ":memory:" and not os.path.exists(path)
+        connect_args: dict[str, Any] = {"timeout": 60}
+        if wal:
+            connect_args["factory"] = _SQLiteConnection
+        return optuna.storages.RDBStorage(
+            spec,
+            engine_kwargs={"connect_args": connect_args},
+            skip_compatibility_check=checked or new,
+        )
+    return optuna.storages.RDBStorage(spec, skip_compatibility_check=checked)
 
 
 def make_sampler(name: str, *, seed: int | None, grid: dict[str, list[Any]] | None) -> Any:

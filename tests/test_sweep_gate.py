@@ -1,0 +1,271 @@
+"""Command trials that are ``python SCRIPT.py ...``: each slot's next process is started
+while the slot's current trial runs and waits at a gate (``paralela.sweeping._gate``).
+Real processes, real SQLite; the tests check what the scripts saw and when they ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from optuna.trial import TrialState
+from sweep_helpers import (
+    RECORD_VARIABLE,
+    SLEEP_VARIABLE,
+    TIMED_TRIAL,
+    command,
+    notes,
+    pid_gone,
+    write_script,
+)
+
+import paralela
+from paralela.sweeping._gate import ENV_GATE_FD, is_python_script
+from paralela.sweeping._trials import CommandTrial, TrialSpec
+
+pytestmark = pytest.mark.timeout(60)
+
+SPACE = {"x": {"type": "float", "low": -2.0, "high": 3.0}}
+
+# Notes what the script sees of its start: what `python SCRIPT ARGS` would give it.
+SEEN = """\
+import json
+import os
+import pickle
+import sys
+
+import __main__
+
+
+class Thing:  # pickled by reference to __main__, as multiprocessing does
+    pass
+
+
+print(json.dumps({
+    "pickled": type(pickle.loads(pickle.dumps(Thing()))).__module__,
+    "argv": sys.argv,
+    "path0": sys.path[0],
+    "file": __file__,
+    "main_file": getattr(__main__, "__file__", None),
+    "name": __name__,
+    "gate_variable": "PARALELA_GATE_FD" in os.environ,
+    "params": os.environ.get("PARALELA_TRIAL_PARAMS"),
+}))
+"""
+
+
+@pytest.fixture(autouse=True)
+def _cpu_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+@pytest.fixture
+def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "notes.jsonl"
+    monkeypatch.setenv(RECORD_VARIABLE, str(path))
+    return path
+
+
+def seen_line(output: str) -> dict[str, object]:
+    (line,) = [x for x in output.splitlines() if x.startswith('{"pickled"')]
+    seen: dict[str, object] = json.loads(line)
+    return seen
+
+
+def test_which_commands_start_ahead(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    assert is_python_script([sys.executable, str(script), "--x", "{x}"])
+    assert is_python_script(["python3", str(script)])
+    assert is_python_script(["/usr/bin/python3.11", str(script)])
+    assert not is_python_script([sys.executable, "-u", str(script)])  # interpreter options
+    assert not is_python_script([sys.executable, "-m", "train"])
+    assert not is_python_script([sys.executable, str(tmp_path / "missing.py")])
+    assert not is_python_script([sys.executable, str(tmp_path / "{name}.py")])
+    assert not is_python_script(["bash", str(script)])
+    assert not is_python_script([sys.executable])
+
+
+def test_a_gated_script_sees_what_python_script_gives_it(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    script = tmp_path / "code" / "seen.py"
+    script.write_text(SEEN)
+    args = ["--x", "1.5", "word"]
+    direct = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, check=True
+    )
+    spec = TrialSpec(1, 7, {"x": 1.5}, str(tmp_path / "trial.log"))
+    events: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
+    trial = CommandTrial(
+        [sys.executable, str(script), "--x", "{x}", "word"],
+        spec,
+        dict(os.environ),
+        events,
+        gated=True,
+    )
+    time.sleep(0.3)  # it waits: the script has not run
+    assert '"pickled"' not in Path(spec.log_path).read_text()
+    trial.open_gate()
+    assert trial.process.wait(timeout=30) == 0
+    kinds = []
+    while not kinds or kinds[-1] != "exit":
+        kinds.append(str(events.get(timeout=10)[0]))
+
+    gated = seen_line(Path(spec.log_path).read_text())
+    plain = seen_line(direct.stdout)
+    for key in ("argv", "path0", "file", "main_file", "name", "pickled"):
+        assert gated[key] == plain[key], key
+    assert gated["name"] == gated["pickled"] == "__main__"
+    assert gated["path0"] == str(script.parent)
+    assert gated["gate_variable"] is False  # the gate leaves no trace in the environment
+    assert gated["params"] == json.dumps({"x": 1.5})
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ('def f():\n    raise ValueError("bad " + sys.argv[1])\nprint("out")\nf()\n', 1),
+        ("def (\n", 1),  # a syntax error
+        ('print("bye")\nsys.exit(3)\n', 3),
+    ],
+)
+def test_a_gated_script_ends_as_it_would_without_the_gate(
+    tmp_path: Path, body: str, code: int
+) -> None:
+    script = tmp_path / "ends.py"
+    script.write_text("import sys\n" + body if "def (" not in body else body)
+    direct = subprocess.run(
+        [sys.executable, str(script), "x"], capture_output=True, text=True, timeout=60
+    )
+    spec = TrialSpec(1, 0, {}, str(tmp_path / "trial.log"))
+    events: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
+    trial = CommandTrial(
+        [sys.executable, str(script), "x"], spec, dict(os.environ), events, gated=True
+    )
+    trial.open_gate()
+    assert trial.process.wait(timeout=30) == direct.returncode == code
+    log = Path(spec.log_path).read_text()
+    header = f"$ {sys.executable} {script} x\n"
+    assert log == header + direct.stdout + direct.stderr  # the same traceback, line for line
+
+
+def test_a_closed_gate_ends_the_process_unrun(tmp_path: Path, record: Path) -> None:
+    script = write_script(tmp_path, "never.py", 'note("ran")\n')
+    spec = TrialSpec(1, 3, {}, str(tmp_path / "trial.log"))
+    events: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
+    env = {**os.environ, RECORD_VARIABLE: str(record)}
+    trial = CommandTrial([sys.executable, str(script)], spec, env, events, gated=True)
+    trial.close_gate()
+    assert trial.process.wait(timeout=30) == 0
+    assert notes(record) == []
+
+
+def test_each_slot_starts_its_next_trial_before_its_turn_and_runs_it_only_then(
+    tmp_path: Path, record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SLEEP_VARIABLE, "0.4")
+    body = "note('born', created=__import__('psutil').Process().create_time())\n" + TIMED_TRIAL
+    script = write_script(tmp_path, "timed.py", body)
+    result = paralela.sweep(
+        command(script, "--x", "{x}"), SPACE, n_trials=6, workers=2, run_dir=tmp_path / "r"
+    )
+
+    assert [t.state for t in result.trials] == ["COMPLETE"] * 6
+    born = {n["number"]: n for n in notes(record, "born")}
+    ran = {n["number"]: n for n in notes(record, "ran")}
+    assert sorted(ran) == list(range(6))  # each trial ran once
+    ahead = 0
+    for trial in result.trials:
+        assert trial.started is not None
+        # No line of the script ran before its turn (its record's start)...
+        assert born[trial.number]["t"] >= trial.started
+        # ...but the process of most was there long before, waiting at its gate.
+        if born[trial.number]["created"] < trial.started - 0.2:
+            ahead += 1
+    assert ahead >= 3
+    logs = sorted(p.name for p in (tmp_path / "r" / "trials").iterdir())
+    assert logs == [f"trial-{n:05d}.log" for n in range(6)]
+    for n in range(6):  # one command line per log: no trial was started twice
+        log = (tmp_path / "r" / "trials" / f"trial-{n:05d}.log").read_text()
+        assert log.count("$ ") == 1
+
+
+def test_at_the_timeout_the_waiting_processes_end_unrun(
+    tmp_path: Path, record: Path, monkeypatch: pytest.MonkeyPatch, poll: Callable[..., None]
+) -> None:
+    monkeypatch.setenv(SLEEP_VARIABLE, "0.5")
+    script = write_script(tmp_path, "timed.py", TIMED_TRIAL)
+    run_dir = tmp_path / "r"
+    result = paralela.sweep(
+        command(script, "--x", "{x}"), SPACE, timeout=1.2, workers=2, run_dir=run_dir
+    )
+
+    ran = sorted(n["number"] for n in notes(record, "ran"))
+    assert ran == sorted(t.number for t in result.trials)  # the waiting ones never ran
+    assert all(t.state == "COMPLETE" for t in result.trials)
+    logs = sorted(p.name for p in (run_dir / "trials").iterdir())
+    assert logs == [f"trial-{n:05d}.log" for n in ran]
+    study = optuna.load_study(study_name="timed", storage=f"sqlite:///{run_dir / 'study.db'}")
+    unused = [t for t in study.get_trials() if "paralela:unused" in t.system_attrs]
+    assert unused  # the trials taken for the waiting processes, given back
+    assert all(t.state == TrialState.FAIL for t in unused)
+    gated = [
+        p for p in psutil.Process().children(recursive=True) if ENV_GATE_FD in " ".join(p.cmdline())
+    ]
+    for process in gated:
+        poll(lambda pid=process.pid: pid_gone(pid), timeout=10, what="a gated process to end")
+
+    again = paralela.sweep(
+        command(script, "--x", "{x}"), SPACE, n_trials=len(ran) + 1, workers=2, run_dir=run_dir
+    )
+    assert len([t for t in again.trials if t.state == "COMPLETE"]) == len(ran) + 1
+
+
+def test_a_process_that_dies_at_its_gate_leaves_its_trial_to_a_fresh_one(
+    tmp_path: Path, record: Path, poll: Callable[..., None]
+) -> None:
+    # Trial 0 kills the process waiting for the slot's next turn, then finishes.
+    killer = """\
+    import psutil
+
+    def waiting():
+        for p in psutil.process_iter():
+            try:
+                env = p.environ()
+            except (psutil.Error, OSError):
+                continue
+            if (
+                "PARALELA_GATE_FD" in env
+                and env.get("SWEEP_TEST_RECORD") == os.environ["SWEEP_TEST_RECORD"]
+                and env.get("PARALELA_TRIAL_NUMBER") == "1"
+            ):
+                return p
+        return None
+
+    if os.environ["PARALELA_TRIAL_NUMBER"] == "0":
+        deadline = time.monotonic() + 20
+        while waiting() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        victim = waiting()
+        note("killed", victim=None if victim is None else victim.pid)
+        if victim is not None:
+            victim.kill()
+        time.sleep(0.3)
+    note("ran")
+    paralela.report(1.0)
+    """
+    script = write_script(tmp_path, "killer.py", killer)
+    result = paralela.sweep(command(script), SPACE, n_trials=3, workers=1, run_dir=tmp_path / "r")
+
+    (killed,) = notes(record, "killed")
+    assert killed["victim"] is not None
+    assert [t.state for t in result.trials] == ["COMPLETE"] * 3
+    assert sorted(n["number"] for n in notes(record, "ran")) == [0, 1, 2]

@@ -1,0 +1,278 @@
+"""The sweep driver's storage (``DriverStorage``, ``TrialWriter``) on real SQLite files:
+it must leave in the database exactly what Optuna's own storage leaves, sample exactly
+as Optuna does, see what others write, and do it with few SQL statements per trial."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import sqlalchemy
+from optuna.distributions import (
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import TrialState
+from sweep_helpers import reporting
+
+import paralela
+from paralela.sweeping._cache import DriverStorage
+from paralela.sweeping._study import open_storage
+
+pytestmark = pytest.mark.timeout(60)
+
+SPACE = {
+    "x": FloatDistribution(-10.0, 10.0),
+    "lr": FloatDistribution(1e-5, 1.0, log=True),
+    "layers": IntDistribution(1, 4),
+    "act": CategoricalDistribution(["relu", "tanh"]),
+}
+DRIVER = {"paralela:driver": "host:1"}
+COMPARED = (
+    "number",
+    "state",
+    "values",
+    "params",
+    "distributions",
+    "user_attrs",
+    "system_attrs",
+    "intermediate_values",
+)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_optuna() -> Iterator[None]:
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    yield
+    optuna.logging.set_verbosity(level)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, NaN included (a NaN report must come back as NaN)."""
+    return bool(a == b) or repr(a) == repr(b)
+
+
+def url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def driver_study(path: Path, name: str = "s", **kwargs: Any) -> optuna.Study:
+    database = open_storage(url(path), wal=True)  # as the sweep opens its own database
+    storage = DriverStorage(database, new_trial_attrs=DRIVER, **kwargs)
+    return optuna.create_study(
+        study_name=name,
+        storage=storage,
+        sampler=optuna.samplers.TPESampler(seed=7),
+        load_if_exists=True,
+    )
+
+
+def plain_study(path: Path, name: str = "s") -> optuna.Study:
+    return optuna.create_study(
+        study_name=name, storage=url(path), sampler=optuna.samplers.TPESampler(seed=7)
+    )
+
+
+def play(study: optuna.Study, n: int = 40) -> None:
+    """Every kind of write a sweep makes: asked and enqueued trials, reports (with
+    infinities and NaN), complete, failed and pruned trials, with two trials always
+    asked ahead as the driver does."""
+    study.enqueue_trial({"x": 1.0, "lr": 0.1, "layers": 3, "act": "tanh"})
+    pending = []
+    for i in range(n):
+        trial = study.ask(SPACE)
+        if "paralela:driver" not in study._storage.get_trial(trial._trial_id).system_attrs:
+            study._storage.set_trial_system_attr(trial._trial_id, "paralela:driver", "host:1")
+        if i % 5 == 1:
+            trial.report(math.nan, 0)
+            trial.report(math.inf, 1)
+            trial.report(1.5, 2)
+        if i % 9 == 2:
+            study._storage.set_trial_system_attr(trial._trial_id, "paralela:error", "boom")
+        pending.append((i, trial))
+        if len(pending) > 2:
+            j, done = pending.pop(0)
+            if j % 7 == 3:
+                study.tell(done, state=TrialState.FAIL)
+            elif j % 7 == 4:
+                study.tell(done, state=TrialState.PRUNED)
+            elif j == 6:
+                study.tell(done, -math.inf)
+            else:
+                study.tell(done, done.params["x"] ** 2 + done.params["layers"])
+    for _, done in pending:
+        study.tell(done, 1.0)
+
+
+def test_the_database_holds_what_optuna_would_have_written(tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "ours.db", tmp_path / "theirs.db"
+    play(driver_study(ours))
+    play(plain_study(theirs))
+
+    read_ours = optuna.load_study(study_name="s", storage=url(ours)).get_trials()
+    read_theirs = optuna.load_study(study_name="s", storage=url(theirs)).get_trials()
+    assert len(read_ours) == len(read_theirs) == 40
+    for a, b in zip(read_ours, read_theirs, strict=True):
+        for field in COMPARED:  # same seed, same sampler: the same trials, bit for bit
+            assert same(getattr(a, field), getattr(b, field)), (a.number, field)
+        assert a.datetime_start is not None
+        assert a.datetime_complete is not None
+        assert a.datetime_start <= a.datetime_complete
+        assert abs((a.datetime_start - b.datetime_start).total_seconds()) < 30
+    states = {t.state for t in read_ours}
+    assert states == {TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED}
+    pruned_with_reports = [t for t in read_ours if t.state == TrialState.PRUNED and t.values]
+    assert pruned_with_reports  # a pruned trial's value is its last report, as in Optuna
+
+
+def test_the_cached_view_is_what_the_database_holds(tmp_path: Path) -> None:
+    study = driver_study(tmp_path / "s.db")
+    play(study)
+    storage = study._storage
+    assert isinstance(storage, DriverStorage)
+    cached = storage.get_all_trials(study._study_id)  # from memory
+    storage.sync(study._study_id)
+    fresh = storage.backend.get_all_trials(study._study_id)
+    for a, b in zip(cached, fresh, strict=True):
+        for field in COMPARED:
+            assert same(getattr(a, field), getattr(b, field)), (a.number, field)
+
+
+def test_it_reads_what_others_write_within_its_sync_interval(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    ours = driver_study(path, sync_seconds=3600.0)
+    first = ours.ask(SPACE)
+    ours.tell(first, 1.0)
+    other = optuna.load_study(study_name="s", storage=url(path))
+    elsewhere = other.ask(SPACE)
+    other.tell(elsewhere, 0.5)
+
+    assert len(ours.get_trials()) == 1  # not read yet: an hour between reads
+    assert isinstance(ours._storage, DriverStorage)
+    ours._storage.sync(ours._study_id)
+    assert [t.value for t in ours.get_trials()] == [1.0, 0.5]
+    assert ours.best_value == 0.5
+
+    eager = driver_study(path, sync_seconds=0.0)
+    late = other.ask(SPACE)
+    other.tell(late, 0.25)
+    assert eager.best_value == 0.25  # read back on every look
+
+
+def test_a_pruned_trial_is_read_back_before_it_is_told(tmp_path: Path) -> None:
+    # Function trials report from their worker: the driver's cache never saw the values.
+    path = tmp_path / "s.db"
+    ours = driver_study(path, sync_seconds=3600.0)
+    trial = ours.ask(SPACE)
+    worker = optuna.load_study(study_name="s", storage=url(path))
+    optuna.trial.Trial(worker, trial._trial_id).report(3.5, 4)
+    assert isinstance(ours._storage, DriverStorage)
+    ours._storage.refresh(trial._trial_id)
+    ours.tell(trial, state=TrialState.PRUNED)
+
+    (told,) = optuna.load_study(study_name="s", storage=url(path)).get_trials()
+    assert told.state == TrialState.PRUNED
+    assert told.values == [3.5]
+    assert told.intermediate_values == {4: 3.5}
+
+
+def test_a_trial_another_driver_ended_is_not_told_again(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    ours = driver_study(path)
+    trial = ours.ask(SPACE)
+    other = optuna.load_study(study_name="s", storage=url(path))
+    other._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+
+    with pytest.raises(UpdateFinishedTrialError):
+        ours.tell(trial, 1.0)
+    (stored,) = optuna.load_study(study_name="s", storage=url(path)).get_trials()
+    assert stored.state == TrialState.FAIL
+    assert stored.values is None
+
+
+def test_a_waiting_trial_taken_by_another_driver_is_left_to_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    ours = driver_study(path, sync_seconds=3600.0)
+    ours.enqueue_trial({"x": 2.0, "lr": 0.5, "layers": 1, "act": "relu"})
+    other = optuna.load_study(study_name="s", storage=url(path))
+    taken = other.ask(SPACE)  # takes the queued trial first
+    assert taken.params["x"] == 2.0
+
+    mine = ours.ask(SPACE)  # tries the queued trial, finds it taken, asks a new one
+    assert mine.number == 1
+    assert isinstance(ours._storage, DriverStorage)
+    assert ours._storage.get_trial(taken._trial_id).state == TrialState.RUNNING
+
+
+def test_an_ask_and_a_tell_take_few_sql_statements(tmp_path: Path) -> None:
+    # Optuna's storage reads every unfinished trial back several times per ask, and
+    # each of its writes is four or more statements: ~100 statements per trial here.
+    study = driver_study(tmp_path / "s.db", sync_seconds=3600.0)
+    for _ in range(12):  # past TPE's random start-up trials
+        t = study.ask(SPACE)
+        study.tell(t, t.params["x"] ** 2)
+    assert isinstance(study._storage, DriverStorage)
+    engine = study._storage.backend.engine
+    statements: list[str] = []
+
+    def trace(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        # Every statement SQLite runs on this connection (SQLAlchemy's or not).
+        dbapi_connection.set_trace_callback(lambda sql: statements.append(sql.split()[0]))
+
+    sqlalchemy.event.listen(engine, "checkout", trace)
+    try:
+        for _ in range(10):
+            t = study.ask(SPACE)
+            study.tell(t, t.params["x"] ** 2)
+    finally:
+        sqlalchemy.event.remove(engine, "checkout", trace)
+        engine.dispose()  # no connection keeps the trace
+    kinds = {kind.upper() for kind in statements} - {"BEGIN", "COMMIT", "ROLLBACK"}
+    assert kinds <= {"INSERT", "UPDATE", "SELECT"}, statements
+    # Per trial: the trial (insert, its number: a count and an update), its 4 parameters
+    # and 2 system attributes (the driver's name, TPE's note), its state and value.
+    # Nothing is read back but the count.
+    writes = [s for s in statements if s.upper() in ("INSERT", "UPDATE")]
+    assert len(writes) == 10 * 10, statements
+    assert [s.upper() for s in statements].count("SELECT") == 10, statements
+
+
+def journal_mode(path: Path) -> str:
+    connection = sqlite3.connect(path)
+    try:
+        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+    finally:
+        connection.close()
+    return str(mode)
+
+
+def test_sweep_databases_use_wal_and_leave_no_side_files(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    space = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
+    # reporting: its workers write its reports to the database
+    paralela.sweep(reporting, space, n_trials=3, workers=2, run_dir=run_dir, plots=False)
+    leftovers = sorted(p.name for p in run_dir.iterdir() if p.name.startswith("study.db-"))
+    assert leftovers == []  # the sweep closed its database: the WAL is folded in
+    assert journal_mode(run_dir / "study.db") == "wal"
+    study = optuna.load_study(study_name="reporting", storage=url(run_dir / "study.db"))
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == 3
+    assert all(len(t.intermediate_values) == 3 for t in complete)
+
+
+def test_a_database_the_user_names_keeps_its_journal_mode(tmp_path: Path) -> None:
+    database = tmp_path / "mine.db"
+    space = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
+    result = paralela.sweep(
+        reporting, space, n_trials=2, workers=2, storage=url(database), run_dir=tmp_path / "r"
+    )
+    assert [t.state for t in result.trials] == ["COMPLETE"] * 2
+    assert journal_mode(database) == "delete"  # SQLite's default, as Optuna leaves it
