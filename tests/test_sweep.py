@@ -12,6 +12,7 @@ import csv
 import itertools
 import json
 import math
+import socket
 import time
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def test_function_trials_get_one_gpu_each_and_never_share_one(
     for trial in result.trials:
         assert trial.state == "COMPLETE"
         assert trial.devices == seen[json.dumps(trial.params, sort_keys=True)]
+        assert trial.host == socket.gethostname()  # recorded for timelines per host
 
 
 def test_trials_per_gpu_packs_two_trials_on_each_gpu(

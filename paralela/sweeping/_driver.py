@@ -172,6 +172,7 @@ def run_trials(
             slot=slot.index,
             devices=slot.env().get("CUDA_VISIBLE_DEVICES"),
             log_path=spec.log_path,
+            host=slot.host,
         )
         if backend is not None:
             future = backend.submit(run_function_trial, job_ref, spec)

@@ -29,6 +29,7 @@ class TrialRecord:
     log_path: str | None = None
     error: str | None = None
     intermediate: dict[int, float] = field(default_factory=dict)
+    host: str | None = None  # the host of the trial's slot (timelines per host)
 
     @property
     def value(self) -> float | None:
