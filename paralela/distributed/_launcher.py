@@ -140,7 +140,7 @@ def launch(
     out = _console(console)
     started = time.monotonic()
     attempts: list[list[dict[str, Any]]] = []
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         for restart in range(max_restarts + 1):
             specs = first if restart == 0 else plan.specs(restart)
             envs = [
@@ -331,8 +331,12 @@ def _write_record(
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (scancel, a supervisor) stops the ranks as Ctrl-C does."""
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (scancel, a supervisor) stops the ranks (or cancels a job) as Ctrl-C does.
+
+    Raises ``KeyboardInterrupt`` in the main thread on SIGTERM while the block runs;
+    elsewhere than in the main thread it does nothing (signals reach only that one).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TextIO
@@ -41,6 +39,7 @@ from paralela.backends.slurm._commands import submit_script as _sbatch
 from paralela.backends.slurm._options import parse_options
 from paralela.backends.slurm._options import valid_names as _backend_names
 from paralela.backends.slurm._state import JobState, StateReader, parse_scontrol
+from paralela.distributed._launcher import sigterm_as_interrupt
 from paralela.errors import ConfigError
 
 __all__ = [
@@ -374,7 +373,7 @@ def run_job(
     pending = script_path.with_name(f".{script_path.name.replace('{job}', str(os.getpid()))}")
     pending.write_text(script_text)
     started = time.monotonic()
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             job_id = _sbatch(pending, cwd=workdir, env=_submit_env())
         except BaseException:
@@ -497,20 +496,3 @@ def tail_of(path: Path | str, lines: int = TAIL_LINES) -> str:
     except OSError:
         return ""
     return "\n".join("  " + line for line in text.rstrip().splitlines()[-lines:])
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a supervisor, a batch system) cancels the job as Ctrl-C does."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
