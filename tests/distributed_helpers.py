@@ -56,19 +56,33 @@ def spawn_ranks(
     rank order.
     """
     port = free_port()
-    procs = []
-    for rank in range(world_size):
-        env = rank_env(rank, world_size, port)
-        env.update(extra_env or {})
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(script), *args],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+    envs = [{**rank_env(rank, world_size, port), **(extra_env or {})} for rank in range(world_size)]
+    return run_all(script, envs, args, timeout=timeout)
+
+
+def run_all(
+    script: Path,
+    envs: Sequence[Mapping[str, str]],
+    args: Sequence[str] = (),
+    *,
+    timeout: float = 90.0,
+    what: str = "rank",
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run ``python script args`` once per environment, all at once; fail the test if
+    any process fails or is still running after ``timeout`` (it is then SIGKILLed).
+
+    Returns each process's result (stdout and stderr as text), in the order of ``envs``.
+    """
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), *args],
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
+        for env in envs
+    ]
     results = []
     try:
         for proc in procs:
@@ -81,8 +95,8 @@ def spawn_ranks(
                 proc.wait()
     failed = [(r, res) for r, res in enumerate(results) if res.returncode != 0]
     if failed:
-        rank, res = failed[0]
+        index, res = failed[0]
         pytest.fail(
-            f"rank {rank} exited with {res.returncode}:\n{res.stdout}\n{res.stderr[-4000:]}"
+            f"{what} {index} exited with {res.returncode}:\n{res.stdout}\n{res.stderr[-4000:]}"
         )
     return results

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from distributed_helpers import free_port
+from distributed_helpers import run_all
+
+from paralela.distributed._env import free_ports
 
 if importlib.util.find_spec("tensorflow") is None:  # without importing it: 3 s, 1 GB
     raise ImportError(
@@ -70,38 +72,9 @@ def run_workers(args: list[str], timeout: float = 100) -> list[subprocess.Comple
     TensorFlow workers ignore SIGTERM once the strategy has started, so a hung worker
     is killed (SIGKILL) when ``timeout`` runs out.
     """
-    ports = [free_port()]
-    while len(ports) < 2:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    procs = []
-    for index in range(2):
-        env = dict(os.environ, TF_CONFIG=tf_config(ports, index), OMP_NUM_THREADS="1")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(EXAMPLE), *args],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    results = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for index, res in enumerate(results):
-        assert res.returncode == 0, (
-            f"worker {index} exited with {res.returncode}:\n{res.stdout}\n{res.stderr[-4000:]}"
-        )
-    return results
+    ports = free_ports(2)  # distinct
+    envs = [dict(os.environ, TF_CONFIG=tf_config(ports, i), OMP_NUM_THREADS="1") for i in (0, 1)]
+    return run_all(EXAMPLE, envs, args, timeout=timeout, what="worker")
 
 
 def worker_line(output: str, index: int) -> tuple[int, float, float]:
