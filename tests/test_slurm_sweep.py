@@ -203,7 +203,7 @@ def test_the_batch_script_runs_the_sweep_with_its_run_dir_before_the_command(
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
-        ({"slurm_mode": "per-trial"}, "'per-trial' .* is not available yet"),
+        ({"slurm_mode": "per-trial"}, "backend='slurm'"),
         ({"slurm_mode": "array"}, "valid modes are: pack, per-trial"),
         ({"nodes": 2}, "A packed sweep runs on one node"),
         ({"gpus_per_task": 1}, "Unknown option.*'gpus_per_task'.*valid options are: "),
@@ -231,7 +231,12 @@ def test_the_valid_options_are_listed() -> None:
         (["--gpus-per-node", "2"], "--gpus-per-node is an option of Slurm jobs"),
         (["--slurm-partition", "gpu"], "--slurm-partition is an option of Slurm jobs"),
         (["--backend", "ray"], "unknown backend 'ray'; valid backends are: processes, slurm"),
-        (["--backend", "slurm", "--slurm-mode", "per-trial"], "is not available yet"),
+        (["--backend", "slurm", "--slurm-mode", "array"], "valid modes are: pack, per-trial"),
+        (
+            ["--backend", "slurm", "--slurm-mode", "per-trial", "--gpus-per-trial", "2"],
+            "--gpus-per-trial chooses this machine's GPUs",
+        ),
+        (["--backend", "slurm", "--slurm-mode", "per-trial", "--nodes", "2"], "one node"),
     ],
 )
 def test_cli_usage_errors(tmp_path: Path, args: list[str], expected: str) -> None:

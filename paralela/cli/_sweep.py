@@ -22,8 +22,9 @@ SWEEP_HELP = (
     "Example: paralela sweep --space space.yaml --trials 50 --pruner median -- "
     "python train.py --lr {lr} --hidden {hidden}\n\n"
     "On Slurm: --backend slurm --gpus-per-node 4 submits the sweep as one job and "
-    "waits (one trial per GPU of the allocation), streaming its output; inside an "
-    "allocation, plain paralela sweep uses the GPUs Slurm granted."
+    "waits (one trial per GPU of the allocation), streaming its output; --slurm-mode "
+    "per-trial submits one job per trial instead, from here; inside an allocation, plain "
+    "paralela sweep uses the GPUs Slurm granted."
 )
 EPILOG = (
     "Exit codes: 0 the sweep ran (failed trials are recorded, not fatal); 1 more trials "
@@ -46,6 +47,7 @@ SLURM_ONLY = (
     "slurm_additional",
 )
 BACKENDS = ("processes", "slurm")
+SLURM_MODES = ("pack", "per-trial")
 
 
 @app.command(
@@ -118,14 +120,23 @@ def sweep(
         ),
     ] = "processes",
     slurm_mode: Annotated[
-        str, typer.Option(help="pack: the whole sweep in one allocation.", rich_help_panel=SLURM)
+        str,
+        typer.Option(
+            help="pack: the whole sweep in one allocation; per-trial: one job per trial "
+            "(--workers of them at once, default 4), this process drives them.",
+            rich_help_panel=SLURM,
+        ),
     ] = "pack",
     nodes: Annotated[
         int | None, typer.Option(min=1, help="Nodes (1 for pack).", rich_help_panel=SLURM)
     ] = None,
     gpus_per_node: Annotated[
         int | None,
-        typer.Option(min=0, help="GPUs of the job: one trial each.", rich_help_panel=SLURM),
+        typer.Option(
+            min=0,
+            help="GPUs of the job: one trial each (per-trial: each trial's job's GPUs).",
+            rich_help_panel=SLURM,
+        ),
     ] = None,
     cpus_per_task: Annotated[
         int | None, typer.Option(min=1, help="CPUs of the job.", rich_help_panel=SLURM)
@@ -155,15 +166,26 @@ def sweep(
         fail("give either --function or a command after '--', not both.", EXIT_USAGE)
     if backend not in BACKENDS:
         fail(f"unknown backend {backend!r}; valid backends are: {', '.join(BACKENDS)}.", EXIT_USAGE)
-    if backend == "slurm":
+    if backend == "slurm" and slurm_mode not in SLURM_MODES:
+        fail(
+            f"unknown --slurm-mode {slurm_mode!r}; valid modes are: {', '.join(SLURM_MODES)}.",
+            EXIT_USAGE,
+        )
+    if backend == "slurm" and slurm_mode == "pack":
         from paralela.cli._sweep_slurm import submit
 
         submit(ctx, command, function, study, run_dir, json_out)
         return
+    per_trial = backend == "slurm"
     given = [n for n in SLURM_ONLY if ctx.params.get(n) not in (None, [], ())]
-    if slurm_mode != "pack" or given:
+    if not per_trial and (slurm_mode != "pack" or given):
         option = given[0].replace("_", "-") if given else "slurm-mode"
         fail(f"--{option} is an option of Slurm jobs: add --backend slurm.", EXIT_USAGE)
+    backend_options = None
+    if per_trial:
+        from paralela.cli._sweep_slurm import trial_job_options
+
+        backend_options = trial_job_options(ctx.params)
     objective: object
     if function is not None:
         from paralela.cli._map import load_function
@@ -195,6 +217,8 @@ def sweep(
             seed=seed,
             progress=progress,
             plots=plots,
+            backend=backend,
+            backend_options=backend_options,
         )
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)

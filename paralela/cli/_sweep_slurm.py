@@ -20,7 +20,7 @@ from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
 from paralela.cli._sweep import SLURM_ONLY as JOB_PARAMS  # the Slurm job's options
 from paralela.errors import ConfigError, ParalelaError
 
-__all__ = ["inner_args", "submit"]
+__all__ = ["inner_args", "submit", "trial_job_options"]
 
 # Handled here rather than passed on as given.
 OWN_PARAMS = {"backend", "slurm_mode", "run_dir", "study", "json_out", "space", "function"}
@@ -45,6 +45,44 @@ def inner_args(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[s
         elif value is not None:
             args += [flag, str(value)]
     return args
+
+
+def trial_job_options(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of each trial's job (``--slurm-mode per-trial``) from the command line.
+
+    ``--gpus-per-node`` is each trial's job's GPUs; the local-slot options (``--gpus``,
+    ``--gpus-per-trial``...) choose this machine's GPUs and are refused here.
+    """
+    from paralela.cli._launch import slurm_additional_options
+
+    local = [
+        flag
+        for flag, name, default in (
+            ("--gpus", "gpus", None),
+            ("--gpus-per-trial", "gpus_per_trial", 1),
+            ("--trials-per-gpu", "trials_per_gpu", 1),
+            ("--min-free-gpu-memory", "min_free_gpu_memory", None),
+        )
+        if params.get(name, default) != default
+    ]
+    if local:
+        fail(
+            f"{local[0]} chooses this machine's GPUs; with --slurm-mode per-trial each "
+            "trial's job asks Slurm for its own: --gpus-per-node G.",
+            EXIT_USAGE,
+        )
+    if params.get("nodes") not in (None, 1):
+        fail("a trial's job runs on one node: leave --nodes out (or 1).", EXIT_USAGE)
+    options: dict[str, Any] = {
+        name: params[name]
+        for name in JOB_PARAMS
+        if name != "nodes" and params.get(name) not in (None, [], ())
+    }
+    if "gpus_per_node" in options:
+        options["gpus_per_task"] = options.pop("gpus_per_node")
+    if "slurm_additional" in options:
+        options["slurm_additional"] = slurm_additional_options(options["slurm_additional"])
+    return options
 
 
 def _study_name(study: str | None, function: str | None, command: list[str]) -> str:

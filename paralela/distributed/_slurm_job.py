@@ -49,6 +49,7 @@ __all__ = [
     "job_options",
     "render_script",
     "run_job",
+    "submit_env",
     "tail_of",
 ]
 
@@ -319,7 +320,7 @@ def _say(status: TextIO, label: str, text: str) -> None:
         status.flush()
 
 
-def _submit_env() -> dict[str, str]:
+def submit_env() -> dict[str, str]:
     """This environment without the ``SLURM_*`` variables of an enclosing job (they would
     leak into the new job's steps), with unbuffered Python output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
@@ -375,7 +376,7 @@ def run_job(
     started = time.monotonic()
     with sigterm_as_interrupt():
         try:
-            job_id = _sbatch(pending, cwd=workdir, env=_submit_env())
+            job_id = _sbatch(pending, cwd=workdir, env=submit_env())
         except BaseException:
             pending.unlink(missing_ok=True)  # refused: nothing of it is left behind
             raise

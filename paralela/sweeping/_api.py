@@ -85,6 +85,33 @@ def _slots(
     return make_slots(resources, n_slots=workers)
 
 
+def _as_job_command(function: Any, command: list[str] | None) -> list[str]:
+    """The command a trial's Slurm job runs: ``command``, or one that imports ``function``."""
+    from paralela.sweeping._slurm_trials import function_command, importable_name
+
+    return command if command is not None else function_command(importable_name(function))
+
+
+def _local_only(
+    gpus: Any, gpus_per_trial: int, trials_per_gpu: int, min_free_gpu_memory: float | None
+) -> None:
+    given = [
+        name
+        for name, value, default in (
+            ("gpus", gpus, None),
+            ("gpus_per_trial", gpus_per_trial, 1),
+            ("trials_per_gpu", trials_per_gpu, 1),
+            ("min_free_gpu_memory", min_free_gpu_memory, None),
+        )
+        if value != default
+    ]
+    if given:
+        raise ConfigError(
+            f"{given[0]} chooses this machine's GPUs; with backend='slurm' each trial's job "
+            "asks Slurm for its own: backend_options={'gpus_per_task': N}."
+        )
+
+
 def sweep(
     objective: Callable[[dict[str, Any]], Any] | Sequence[str],
     space: Space | Mapping[str, Any] | str | os.PathLike[str],
@@ -107,6 +134,8 @@ def sweep(
     progress: bool | None = None,
     grace_period: float = 5.0,
     plots: bool = True,
+    backend: str = "processes",
+    backend_options: Mapping[str, Any] | None = None,
 ) -> SweepResult:
     """Search hyperparameters with one trial per slot (GPU, or CPU share without GPUs).
 
@@ -141,6 +170,16 @@ def sweep(
         progress: show the live table (default: on a terminal).
         plots: draw the PNG plots into ``run_dir/plots`` at the end (needs matplotlib;
             about a second for a few hundred trials).
+        backend: ``"processes"`` (default): trials on this machine's slots.
+            ``"slurm"``: one Slurm job per trial, at most ``workers`` (default 4)
+            queued or running at once; this process stays the driver. A function
+            objective must be importable on the compute nodes (a module on the shared
+            filesystem); ``run_dir`` must be shared too (logs, reports).
+        backend_options: the trial jobs' options with ``backend="slurm"``:
+            ``cpus_per_task``, ``gpus_per_task``, ``mem_gb``, ``timeout_min``,
+            ``slurm_partition``, ``slurm_account``, ``slurm_qos``,
+            ``slurm_constraint``, ``slurm_additional``, ``slurm_job_name``,
+            ``slurm_setup`` (shell lines before the command, e.g. ``module load``).
 
     Returns:
         A :class:`SweepResult`; its trials, leaderboard and plots are also written to
@@ -148,7 +187,9 @@ def sweep(
 
     Raises:
         ConfigError: bad space, unknown sampler or pruner, command not found, no budget,
-            impossible GPU request; before any trial runs.
+            impossible GPU request, unknown backend or backend option, no Slurm
+            commands for ``backend="slurm"``; before any trial runs.
+        SlurmCommandError: sbatch refused a trial's job (the message says why).
         SweepError: more than ``max_failures`` trials failed.
     """
     command: list[str] | None = None
@@ -161,6 +202,17 @@ def sweep(
         raise ConfigError(
             f"objective must be a function or a command (a list of strings), got "
             f"{type(objective).__name__}."
+        )
+    name = study_name or _study_name(function, command)
+    if backend == "slurm":
+        command, function = _as_job_command(function, command), None
+        _local_only(gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory)
+    elif backend != "processes":
+        raise ConfigError(f"Unknown backend {backend!r}; valid backends are: processes, slurm.")
+    elif backend_options:
+        raise ConfigError(
+            "backend_options are the Slurm jobs' options: add backend='slurm' (one job per "
+            "trial), or leave them out."
         )
     space_ = as_space(space)
     directions = [direction] if isinstance(direction, str) else list(direction)
@@ -189,7 +241,6 @@ def sweep(
     optuna = _optuna()
     sampler_obj = make_sampler(sampler, seed=seed, grid=grid) if sampler_name else sampler
     pruner_obj = make_pruner(pruner) if pruner is None or isinstance(pruner, str) else pruner
-    name = study_name or _study_name(function, command)
     root = Path(run_dir) if run_dir is not None else Path("paralela-runs") / name
     (root / "trials").mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
@@ -197,14 +248,21 @@ def sweep(
     if choice.note:
         notes.append(choice.note)
         print(f"paralela sweep: {choice.note}", file=sys.stderr)
-    slots = _slots(workers, gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory, notes)
-    backend = None
+    jobs = None
+    if backend == "slurm":
+        from paralela.sweeping._slurm_trials import DEFAULT_JOBS, SlurmTrials
+
+        jobs = SlurmTrials(backend_options, ledger=root / "slurm-trials.jsonl")
+        slots = [Slot("", (), index=i) for i in range(workers or DEFAULT_JOBS)]
+    else:
+        slots = _slots(workers, gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory, notes)
+    pool = None
     database = None
     try:
         if function is not None:  # the workers boot while the database opens
             from paralela.backends._processes import ProcessBackend
 
-            backend = ProcessBackend(slots=slots)
+            pool = ProcessBackend(slots=slots)
         database = open_storage(choice.spec, wal=storage is None)
         study = _open_study(
             optuna, database, name, choice.spec, sampler_obj, pruner_obj, directions
@@ -230,12 +288,13 @@ def sweep(
                 command=command,
                 storage_spec=choice.spec,
                 slots=slots,
-                backend=backend,
+                backend=pool,
                 budget=Budget(n_trials, timeout, max_failures),
                 already_counted=counted,
                 log_dir=root / "trials",
                 grace_period=grace_period,
                 on_change=view.update,
+                jobs=jobs,
             )
         finally:
             view.close()
@@ -256,8 +315,8 @@ def sweep(
         write_outputs(result, study, plots=plots)
         return result
     finally:
-        if backend is not None:  # run_trials has shut it down, unless it never ran
-            backend.shutdown(wait=False, cancel_futures=True)
+        if pool is not None:  # run_trials has shut it down, unless it never ran
+            pool.shutdown(wait=False, cancel_futures=True)
         engine = getattr(database, "engine", None)
         if engine is not None:  # closes the database (SQLite: folds in and removes -wal)
             engine.dispose()

@@ -43,6 +43,7 @@ from paralela.resources import Slot
 from paralela.sweeping._gate import is_python_script
 from paralela.sweeping._oracle import LOG_ERROR_CHARS, Oracle
 from paralela.sweeping._results import TrialRecord
+from paralela.sweeping._slurm_trials import SlurmTrial, SlurmTrials
 from paralela.sweeping._study import UNUSED_ATTR, requeue_interrupted
 from paralela.sweeping._trials import (
     CommandTrial,
@@ -96,11 +97,14 @@ def run_trials(
     log_dir: Path,
     grace_period: float,
     on_change: Callable[[list[TrialRecord], list[TrialRecord]], None],
+    jobs: SlurmTrials | None = None,
 ) -> tuple[list[TrialRecord], float, float]:
     """Run trials until the budget is spent. Returns (records of this run, wall, busy).
 
     ``backend``: the function trials' ``ProcessBackend`` (its workers pinned to
     ``slots``), shut down here at the end; ``None`` for command trials.
+    ``jobs``: run each command trial as a Slurm job of its own (the slots then only
+    bound how many run at once); ``None``: as a process here.
     """
     from optuna.trial import TrialState
 
@@ -135,7 +139,7 @@ def run_trials(
     oracle = Oracle(study, distributions, ahead=len(slots), limit=limit)
     # Each slot's next trial, taken ahead, its process waiting at its gate (``_gate``);
     # no process (None) when the gated one died before its turn: it starts plainly.
-    gate = command is not None and is_python_script(command)
+    gate = command is not None and jobs is None and is_python_script(command)
     standby: dict[int, tuple[Any, CommandTrial | None]] = {}
 
     def take() -> Any:
@@ -147,6 +151,14 @@ def run_trials(
     def spec_of(trial: Any) -> TrialSpec:
         log_path = str(log_dir / f"trial-{trial.number:05d}.log")
         return TrialSpec(trial._trial_id, trial.number, {**trial.params, **fixed}, log_path)
+
+    def start_job(trial: Any) -> SlurmTrial:
+        assert command is not None
+        assert jobs is not None
+        assert reaper is not None
+        job = jobs.start(command, spec_of(trial), events)
+        reaper.add_job(job.job_id)
+        return job
 
     def start_command(trial: Any, slot: Slot, gated: bool) -> CommandTrial:
         assert command is not None
@@ -170,9 +182,9 @@ def run_trials(
             spec.params,
             time.time(),
             slot=slot.index,
-            devices=slot.env().get("CUDA_VISIBLE_DEVICES"),
+            devices=None if jobs is not None else slot.env().get("CUDA_VISIBLE_DEVICES"),
             log_path=spec.log_path,
-            host=slot.host,
+            host=slot.host or None,
         )
         if backend is not None:
             future = backend.submit(run_function_trial, job_ref, spec)
@@ -184,12 +196,16 @@ def run_trials(
             future.add_done_callback(done)
             running[trial.number] = _Running(trial, slot, record, future)
         else:
-            if handle is None:
-                handle = start_command(trial, slot, gated=False)
+            started: CommandTrial | SlurmTrial
+            if jobs is not None:
+                started = start_job(trial)
+            elif handle is None:
+                started = start_command(trial, slot, gated=False)
             else:
                 handle.open_gate()
-            record.started = handle.started
-            running[trial.number] = _Running(trial, slot, record, handle)
+                started = handle
+            record.started = started.started
+            running[trial.number] = _Running(trial, slot, record, started)
         records.append(record)
 
     def start_slots() -> None:
@@ -236,7 +252,7 @@ def run_trials(
         oracle.tell(run.trial, outcome.state, outcome.values, outcome.error)
 
     def command_ended(run: _Running, returncode: int) -> TrialOutcome:
-        handle: CommandTrial = run.handle
+        handle: CommandTrial | SlurmTrial = run.handle
         now = time.time()
         if handle.pruned:
             return TrialOutcome(
@@ -250,7 +266,7 @@ def run_trials(
                 handle.devices,
             )
         if returncode != 0:
-            how = f"exit code {returncode}" if returncode > 0 else f"signal {-returncode}"
+            how = handle.describe_exit(returncode)
             tail = log_tail(run.record.log_path or "")
             error = f"the trial command ended with {how}; the end of its log:\n{tail}"
             return TrialOutcome(
@@ -329,7 +345,10 @@ def run_trials(
                 elif kind == "exit":
                     handle, returncode = event[1], event[2]
                     assert reaper is not None
-                    reaper.discard(handle.process.pid)
+                    if isinstance(handle, CommandTrial):
+                        reaper.discard(handle.process.pid)
+                    else:
+                        reaper.discard_job(handle.job_id)
                     ended = running.get(handle.spec.number)
                     if ended is not None and ended.handle is handle:
                         finish(ended, command_ended(ended, returncode))
@@ -348,7 +367,9 @@ def run_trials(
             )
     finally:
         if reaper is not None:  # stops the commands still running: SIGTERM, then SIGKILL
-            reaper.close()
+            reaper.close()  # (and scancels the trials' jobs)
+        if jobs is not None:
+            jobs.close()
         oracle.stop_asking()
         unused = oracle.close()  # asked ahead, never started: give them back
         for trial, waiting in standby.values():  # taken, never started: the same

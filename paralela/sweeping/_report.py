@@ -7,11 +7,13 @@ trial (run in a pinned worker process) and in a command trial (any program):
   opened it once) and raise :class:`TrialPruned` when the pruner says so, as Optuna does
   (see ``_context.FunctionTrialContext``, which the worker installs here);
 - command trials send each value as one JSON line down a pipe (``PARALELA_REPORT_FD``)
-  to the driver, which records it, asks the pruner and stops the process if needed. A
-  command trial therefore never imports Optuna, nor anything but ``os`` and ``sys``
-  here: this module is on every command trial's path from its last line to its exit
-  (it used to import ``dataclasses``, ``json``, ``threading`` and ``paralela.errors``:
-  17 ms of each trial on the benchmark's VM, with its 2 slots idle meanwhile).
+  to the driver (or append it to a file, ``PARALELA_REPORT_FILE``, when the trial runs
+  as a Slurm job of its own on another node), which records it, asks the pruner and
+  stops the process if needed. A command trial therefore never imports Optuna, nor
+  anything but ``os`` and ``sys`` here: this module is on every command trial's path
+  from its last line to its exit (it used to import ``dataclasses``, ``json``,
+  ``threading`` and ``paralela.errors``: 17 ms of each trial on the benchmark's VM,
+  with its 2 slots idle meanwhile).
 
 Outside a sweep, ``report`` prints the value and records nothing.
 """
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENV_PARAMS",
     "ENV_REPORT_FD",
+    "ENV_REPORT_FILE",
     "ENV_TRIAL_NUMBER",
     "TrialPruned",
     "current_params",
@@ -37,6 +40,7 @@ __all__ = [
 ENV_PARAMS = "PARALELA_TRIAL_PARAMS"
 ENV_TRIAL_NUMBER = "PARALELA_TRIAL_NUMBER"
 ENV_REPORT_FD = "PARALELA_REPORT_FD"
+ENV_REPORT_FILE = "PARALELA_REPORT_FILE"
 
 # The running function trial of this worker thread, installed by the trial runner
 # (``_context.set_function_context``); ``None`` in command trials and outside sweeps.
@@ -91,7 +95,8 @@ def report(value: float, step: int | None = None) -> None:
         context.report(number, step)
         return
     fd = os.environ.get(ENV_REPORT_FD)
-    if fd is None:
+    path = os.environ.get(ENV_REPORT_FILE) if fd is None else None
+    if fd is None and path is None:
         where = f" (step {step})" if step is not None else ""
         print(
             f"paralela.report: {number}{where} (not inside a sweep: not recorded)", file=sys.stderr
@@ -100,7 +105,16 @@ def report(value: float, step: int | None = None) -> None:
     this_step = _command_step if step is None else int(step)
     _command_step = this_step + 1
     line = f'{{"value": {_json_number(number)}, "step": {this_step}}}\n'
-    os.write(int(fd), line.encode())
+    if fd is not None:
+        os.write(int(fd), line.encode())
+        return
+    assert path is not None
+    # One write of one whole line with O_APPEND: the driver reads complete lines only.
+    out = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(out, line.encode())
+    finally:
+        os.close(out)
 
 
 def current_params() -> dict[str, Any]:

@@ -19,7 +19,9 @@ out: finished trials are kept, interrupted ones run again. Inside an allocation 
 already hold (``salloc``, your own ``sbatch`` script), run ``paralela sweep`` without
 ``--backend``: it packs the allocation's GPUs by itself.
 
-One job per trial (``slurm_mode="per-trial"``) is not available yet.
+One job per trial is the other mode (``--slurm-mode per-trial``): the driver stays on
+the submitting machine and submits each trial as a job of its own
+(:mod:`paralela.sweeping._slurm_trials`, ``paralela.sweep(..., backend="slurm")``).
 """
 
 from __future__ import annotations
@@ -169,8 +171,8 @@ def submit_sweep(
         run_dir: the sweep's directory, on a filesystem the compute node shares; the
             batch script and the job's output go there too.
         study_name: the study's name.
-        slurm_mode: ``"pack"``: the whole sweep in one allocation. ``"per-trial"``
-            (one job per trial) is not available yet.
+        slurm_mode: ``"pack"``: the whole sweep in one allocation (the only mode
+            here: ``"per-trial"`` is ``paralela.sweep(..., backend="slurm")``).
         console: where the job's output is copied (default: stdout).
         **options: ``gpus_per_node``, ``cpus_per_task``, ``mem_gb``, ``timeout_min``,
             ``nodes`` (1), ``slurm_partition``, ``slurm_account``, ``slurm_qos``,
@@ -199,10 +201,10 @@ def submit_sweep(
         )
     if slurm_mode == "per-trial":
         raise ConfigError(
-            "slurm_mode 'per-trial' (one Slurm job per trial) is not available yet. Use "
-            "'pack' (the default): the sweep runs in one allocation with one trial per "
-            "GPU (--gpus-per-node G), or run several packed sweeps on one shared storage "
-            "(--storage postgresql://... or journal:PATH on the shared filesystem)."
+            "submit_sweep packs the whole sweep into one job. For one Slurm job per trial "
+            "the driver stays here: call paralela.sweep(objective, space, backend='slurm', "
+            "backend_options={...}), or `paralela sweep --backend slurm --slurm-mode "
+            "per-trial`."
         )
     opts = job_options(options, valid=SWEEP_OPTIONS, what="sweep --backend slurm")
     if opts.nodes != 1:

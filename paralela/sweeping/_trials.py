@@ -326,22 +326,39 @@ class CommandTrial:
         timer.daemon = True
         timer.start()
 
+    def describe_exit(self, returncode: int) -> str:
+        """How the process ended, for the trial's error: ``"exit code 3"``, ``"signal 9"``."""
+        return f"exit code {returncode}" if returncode > 0 else f"signal {-returncode}"
+
     def _signal(self, sig: int) -> None:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, sig)
 
 
-# The reaper: reads "+PGID" / "-PGID" lines from the driver; at the end of its input (the
-# driver finished, or died) it stops the groups still listed: SIGTERM, SIGKILL after the
-# grace period. It ignores Ctrl-C (the driver handles that) and has its own session, so
-# that a signal to the driver's process group does not take it down with the driver.
+# The reaper: reads "+PGID" / "-PGID" (and "+jJOBID" / "-jJOBID" for trials that are
+# Slurm jobs) lines from the driver; at the end of its input (the driver finished, or
+# died) it cancels the jobs still listed and stops the groups still listed: SIGTERM,
+# SIGKILL after the grace period. It ignores Ctrl-C (the driver handles that) and has
+# its own session, so that a signal to the driver's process group does not take it down
+# with the driver.
 _REAPER_CODE = """
 import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-groups = set()
+groups, jobs = set(), set()
 for line in sys.stdin.buffer:
-    (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+    key = line[1:].strip()
+    if key[:1] == b"j":
+        (jobs.add if line[:1] == b"+" else jobs.discard)(key[1:].decode())
+    else:
+        (groups.add if line[:1] == b"+" else groups.discard)(int(key))
+if jobs:
+    import subprocess
+    try:
+        subprocess.run(["scancel", *sorted(jobs)], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+    except Exception:
+        pass
 def alive(group):
     try:
         os.killpg(group, 0)
@@ -393,6 +410,13 @@ class Reaper:
 
     def discard(self, group: int) -> None:
         self._tell(f"-{group}\n")
+
+    def add_job(self, job_id: str) -> None:
+        """A trial's Slurm job: ``scancel``-ed if it is still listed at the end."""
+        self._tell(f"+j{job_id}\n")
+
+    def discard_job(self, job_id: str) -> None:
+        self._tell(f"-j{job_id}\n")
 
     def close(self) -> None:
         """Stop the groups still listed and wait until the reaper has (at most ``grace``
