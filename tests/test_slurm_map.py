@@ -52,6 +52,18 @@ def logged(x: int, log: str, block: frozenset[int] = frozenset(), gate: str = ""
     return x * 10
 
 
+def sees_devices(x: int) -> tuple[str, int, str, str]:
+    """What a worker of an array task sees: its GPUs, pid, task and thread limit."""
+    time.sleep(0.05)  # long enough for both of a task's workers to take items
+    task = os.environ["SLURM_ARRAY_TASK_ID"]
+    return (
+        os.environ.get("CUDA_VISIBLE_DEVICES", "?"),
+        os.getpid(),
+        task,
+        os.environ["OMP_NUM_THREADS"],
+    )
+
+
 def dies_once(x: int, marker: str) -> int:
     """Kills its whole array task (cpus_per_task=1 runs items in the task's process)."""
     if x == 3 and not os.path.exists(marker):
@@ -167,6 +179,26 @@ def test_map_packs_items_into_at_most_max_jobs_array_tasks(
                          backend_options={**opts, "max_jobs": 4})  # fmt: skip
     assert again == [x * x for x in range(30)]
     assert again.summary.chunks == 4
+
+
+def test_a_task_given_gpus_runs_one_worker_per_gpu_each_seeing_only_its_own(
+    slurm_cluster: str, tmp_path: Path
+) -> None:
+    opts = options(slurm_cluster, tmp_path, max_jobs=2, cpus_per_task=2, gpus_per_task=2)
+    seen = paralela.map(sees_devices, range(40), backend="slurm", backend_options=opts)
+    by_task: dict[str, dict[int, set[str]]] = collections.defaultdict(
+        lambda: collections.defaultdict(set)
+    )
+    for devices, pid, task, threads in seen:
+        by_task[task][pid].add(devices)
+        assert threads == "1"  # 2 CPUs shared by 2 workers
+    assert len(by_task) == 2
+    for workers in by_task.values():
+        assert len(workers) == 2  # one worker per granted GPU
+        assert all(len(devices) == 1 for devices in workers.values())  # always the same
+        mine = [next(iter(devices)) for devices in workers.values()]
+        assert all("," not in d and d != "?" for d in mine)  # exactly one GPU each
+        assert len(set(mine)) == 2  # and not the same one
 
 
 def test_scancel_mid_run_then_resume_computes_only_what_is_missing(

@@ -6,7 +6,9 @@ a local pool over the CPUs the task was given (two levels of parallelism)::
     driver: map ──> chunk [start, end) ──> backend.submit(run_packed, ...) ──> array task
     array task: run_packed
       ├─ workers = CPUs given (SLURM_CPUS_PER_TASK, else SLURM_CPUS_ON_NODE), at most the
-      │   CPUs usable here; 1 ──> a thread (the task process's own CPU), more ──> processes
+      │   CPUs usable here; 1 ──> a thread (the task process's own CPU), more ──> processes;
+      │   a task given GPUs gets one worker per GPU instead, each pinned to its GPU
+      │   (CUDA_VISIBLE_DEVICES) with an even share of the CPUs as its thread limits
       ├─ inner map over the chunk's items, its finished pieces kept in a sub run
       │   directory: run_dir/packed/<start>-<end>/ (or the task's own directory when the
       │   map has no run_dir), so a task that is requeued or retried resumes there
@@ -25,13 +27,17 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paralela.errors import MapError, TaskError
 from paralela.mapping._task import _HOST, ChunkOutcome, ItemFailure, Job
 
-__all__ = ["given_cpus", "remove_finished_pieces", "run_packed"]
+if TYPE_CHECKING:
+    from paralela.resources import Slot
+
+__all__ = ["given_cpus", "given_gpu_slots", "remove_finished_pieces", "run_packed"]
 
 
 def given_cpus(env: dict[str, str] | None = None) -> int:
@@ -46,6 +52,22 @@ def given_cpus(env: dict[str, str] | None = None) -> int:
         return 1
     given = slurm.cpus_per_task or slurm.cpus_on_node or usable
     return max(1, min(given, usable))
+
+
+def given_gpu_slots(cpus: int) -> list[Slot]:
+    """One slot per GPU this cluster task was given, splitting its ``cpus`` among them;
+    ``[]`` without GPUs (or outside a cluster task)."""
+    from paralela.resources import detect, make_slots
+    from paralela.resources._slurm import detect_slurm
+
+    if detect_slurm(dict(os.environ)) is None:
+        return []
+    resources = detect()
+    if not resources.gpus:
+        return []
+    slots = make_slots(resources, gpus_per_slot=1)
+    per_slot = max(1, cpus // len(slots))
+    return [replace(slot, cpus=slot.cpus[:per_slot] or slot.cpus) for slot in slots]
 
 
 def _inner_dir(store: Any, start: int, end: int) -> Path | None:
@@ -91,6 +113,11 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
             now = time.time()
             return ChunkOutcome(stored_chunk.results, [], now, now, os.getpid(), _HOST, 0, True)
     workers = given_cpus()
+    # With GPUs, one worker per GPU, each seeing only its own (CUDA_VISIBLE_DEVICES) and
+    # an even share of the task's CPUs as its thread limits.
+    gpu_slots = given_gpu_slots(workers)
+    if gpu_slots:
+        workers = len(gpu_slots)
     inner_dir = _inner_dir(store, start, end)
     inner_store = None
     if inner_dir is not None:
@@ -98,7 +125,11 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
             "function": fingerprint_function(job.fn)
         }  # fmt: skip
         inner_store = RunStore(inner_dir, identity, {"kind": "packed-chunk", "items": len(items)})
-    local: Backend = ProcessBackend(workers) if workers > 1 else ThreadBackend(1)
+    local: Backend
+    if gpu_slots:
+        local = ProcessBackend(slots=gpu_slots)
+    else:
+        local = ProcessBackend(workers) if workers > 1 else ThreadBackend(1)
     plan = Plan(local, job, list(items), len(items), AutoChunker(workers), True, 2,
                 inner_store, NullProgress())  # fmt: skip
     results: list[Any] = []
