@@ -128,7 +128,8 @@ def test_a_timed_out_job_ends_its_trial_with_its_state(
     timed_out = {"7": JobState("7", "TIMEOUT", "0:15", "sacct")}
     trial, seen = watch_one(tmp_path, monkeypatch, [running, running, timed_out])
     assert seen == [("report", trial, 4.0, 0), ("exit", trial, -15)]
-    assert trial.describe_exit(-15) == "Slurm job 7 ended TIMEOUT (killed by signal 15)"
+    expected = "the trial's Slurm job 7 ended TIMEOUT (killed by signal 15)"
+    assert trial.describe_exit(-15) == expected
 
 
 def test_a_job_no_command_knows_any_more_ends_its_trial(
@@ -317,8 +318,33 @@ def test_a_failed_job_is_recorded_with_its_state_and_log(
     assert failed["state"] == "FAIL"
     assert failed["exit_code"] == 3
     job = job_ids(tmp_path / "run")[0]
-    assert f"Slurm job {job} ended FAILED (exit code 3)" in failed["error"]
+    assert failed["error"].startswith(f"the trial's Slurm job {job} ended FAILED (exit code 3)")
     assert "about to fail" in failed["error"]  # the end of its log
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.timeout(SLURM_TEST_TIMEOUT)
+def test_a_timed_out_job_ends_its_trial_instead_of_leaving_the_driver_waiting(
+    slurm_cluster: str, tmp_path: Path
+) -> None:
+    # A 5 s time limit (sbatch --time=0:05) on a trial that would sleep 5 minutes: the
+    # controller ends it within about a minute (it checks time limits periodically).
+    (tmp_path / "space.yaml").write_text(SPACE)
+    trial = write_trial(tmp_path, "slow.py", "paralela.report(1.0, step=0)\ntime.sleep(300)\n")
+    proc = cli(
+        tmp_path, "--trials", "1", "--slurm-additional", "time=0:05", "--", PYTHON, str(trial),
+        env=trial_env(tmp_path, 0),
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    (timed_out,) = json.loads(out)["trials"]
+    assert timed_out["state"] == "FAIL"
+    assert timed_out["intermediate"] == {"0": 1.0}  # what it reported before is kept
+    job = job_ids(tmp_path / "run")[0]
+    assert timed_out["error"].startswith(f"the trial's Slurm job {job} ended TIMEOUT")
+    assert "DUE TO TIME LIMIT" in timed_out["error"]  # slurmstepd's line in its log
+    assert sacct_state(job) == "TIMEOUT"
 
 
 @pytest.mark.slurm

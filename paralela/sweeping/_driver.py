@@ -268,7 +268,7 @@ def run_trials(
         if returncode != 0:
             how = handle.describe_exit(returncode)
             tail = log_tail(run.record.log_path or "")
-            error = f"the trial command ended with {how}; the end of its log:\n{tail}"
+            error = f"{how}; the end of its log:\n{tail}"
             return TrialOutcome(
                 run.trial.number,
                 "FAIL",

@@ -125,13 +125,13 @@ class SlurmTrial:
             cancel([self.job_id])
 
     def describe_exit(self, returncode: int) -> str:
-        """How the job ended: ``"Slurm job 12 FAILED (exit code 3)"``, ``"... TIMEOUT"``."""
+        """How the job ended: ``"the trial's Slurm job 12 ended FAILED (exit code 3)"``."""
         if self.state is None:
-            return f"Slurm job {self.job_id} ended with exit code {returncode}"
+            return f"the trial's Slurm job {self.job_id} ended with exit code {returncode}"
         note = f" ({self.note})" if self.note else ""
         if self.state.state == "VANISHED" and not note:
             note = f" (no Slurm command knew it for {LOST_AFTER_S:g} s)"
-        return f"Slurm job {self.job_id} ended {self.state.describe()}{note}"
+        return f"the trial's Slurm job {self.job_id} ended {self.state.describe()}{note}"
 
     def new_reports(self) -> list[tuple[float, int]]:
         """The (value, step) of the report lines appended since the last call."""

@@ -327,8 +327,9 @@ class CommandTrial:
         timer.start()
 
     def describe_exit(self, returncode: int) -> str:
-        """How the process ended, for the trial's error: ``"exit code 3"``, ``"signal 9"``."""
-        return f"exit code {returncode}" if returncode > 0 else f"signal {-returncode}"
+        """How the process ended: ``"the trial command ended with exit code 3"``."""
+        how = f"exit code {returncode}" if returncode > 0 else f"signal {-returncode}"
+        return f"the trial command ended with {how}"
 
     def _signal(self, sig: int) -> None:
         if self.process.poll() is None:
