@@ -329,6 +329,9 @@ def test_options_are_checked_before_anything_is_submitted(
         paralela.map(square, range(3), backend="slurm", backend_options={"partition": "x"})
     with pytest.raises(ConfigError, match=r"sbatch refuses the options.*invalid partition"):
         get_backend("slurm", None, {"slurm_partition": "no-such-partition"})
+    with pytest.raises(ConfigError, match="nodes=2 would leave the other nodes idle"):
+        paralela.map(square, range(3), backend="slurm",
+                     backend_options=options(slurm_cluster, tmp_path, nodes=2))  # fmt: skip
     assert not (tmp_path / "jobs").exists()
 
 

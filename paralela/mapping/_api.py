@@ -99,6 +99,13 @@ def imap(
     )
     total = len(items) if hasattr(items, "__len__") else None  # type: ignore[arg-type]
     packed = backend_obj.capabilities.packs_tasks
+    nodes = getattr(getattr(backend_obj, "options", None), "nodes", 1)
+    if packed and isinstance(nodes, int) and nodes > 1:
+        raise ConfigError(
+            f"map runs each cluster task's share on the node it starts on, so nodes={nodes} "
+            "would leave the other nodes idle. Leave nodes at 1: more nodes come from more "
+            "array tasks (raise max_jobs), each on a node of its own."
+        )
     if packed:
         # One chunk per cluster task, at most max_tasks() of them; each task splits its
         # chunk again over its own CPUs (paralela.mapping._packed).
