@@ -160,7 +160,7 @@ def test_map_packs_items_into_at_most_max_jobs_array_tasks(
     assert results == [x * x for x in range(500)]
     assert results.summary.chunks == 7
     [directory] = arrays(tmp_path)  # one sbatch for the whole map
-    assert len(list((directory / "calls").iterdir())) == 7
+    assert len(list((directory / "logs").iterdir())) == 7
 
     def states() -> list[str]:  # the controller's view (sacct lags a second behind)
         return subprocess.run(
@@ -171,6 +171,11 @@ def test_map_packs_items_into_at_most_max_jobs_array_tasks(
     assert len(states()) == 7
     # Results come back as files, so a task may still be COMPLETING for a moment.
     poll(lambda: all(t.endswith("|COMPLETED") for t in states()), timeout=30, what="COMPLETED")
+    # Once every result is in, the array's data is removed; its script and logs stay.
+    poll(lambda: not (directory / "calls").exists(), timeout=30, what="calls/ removed")
+    assert not (directory / "results").exists()
+    assert not (directory / "refs").exists()
+    assert (directory / "job.sh").exists()
     # Each task ran its chunk on a local pool of the 2 CPUs it was given.
     log = (directory / "logs" / "0.out").read_text()
     assert "task 0 done (ok)" in log
@@ -228,7 +233,7 @@ def test_scancel_mid_run_then_resume_computes_only_what_is_missing(
     assert results.summary.resumed_items == 4
     # Only the two chunks that were missing went to Slurm, and inside them only the
     # items that had not finished ran again.
-    assert len(list((arrays(tmp_path)[-1] / "calls").iterdir())) == 2
+    assert len(list((arrays(tmp_path)[-1] / "logs").iterdir())) == 2
     counts = executions(log)
     assert {x for x, n in counts.items() if n == 2} == {6, 10}
     assert set(counts) == set(range(12))
@@ -273,7 +278,7 @@ def test_a_task_that_dies_is_retried(slurm_cluster: str, tmp_path: Path) -> None
     assert results == [x + 1 for x in range(9)]
     assert results.summary.retries == 1
     first, retry = arrays(tmp_path)
-    assert len(list((retry / "calls").iterdir())) == 1  # only the dead chunk again
+    assert len(list((retry / "logs").iterdir())) == 1  # only the dead chunk again
     assert "dying on purpose" in (first / "logs" / "1.out").read_text()
 
 

@@ -11,7 +11,9 @@
       │    a task ended (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, vanished)
       │    without a result ──> submitted again (``retries`` option), else its future
       │    fails with SlurmTaskDiedError: the task, its state, the tail of its log
-      └─ a future the caller cancelled ──> scancel ARRAYID_TASK
+      ├─ a future the caller cancelled ──> scancel ARRAYID_TASK
+      └─ every task of an array resolved ──> its calls/, refs/ and results/ removed
+         (job.sh, logs/ and tasks/ stay)
 
 Futures stay pending (never "running") until their result is in, so ``cancel()`` works
 on them at any time and stops the Slurm task. ``shutdown(cancel_futures=True)`` (also
@@ -24,6 +26,7 @@ import itertools
 import json
 import os
 import shlex
+import shutil
 import socket
 import sys
 import threading
@@ -408,7 +411,10 @@ class SlurmBackend(Backend):
                 self._last_state_poll = now
                 self._check_states(open_arrays, now)
         with self._lock:
+            done = [a for a in self._arrays if not a.tasks]
             self._arrays = [a for a in self._arrays if a.tasks]
+        for array in done:
+            _tidy(array.directory)
 
     def _cancel_abandoned(self, array: _Array) -> None:
         gone = [i for i, t in array.tasks.items() if t.call.future.cancelled()]
@@ -501,6 +507,14 @@ class SlurmBackend(Backend):
         )
         if call.future.set_running_or_notify_cancel():
             call.future.set_exception(error)
+
+
+def _tidy(directory: Path) -> None:
+    """Remove an array's data once every task has its result or has ended: calls,
+    shared data and results (retries get new arrays). The batch script, the logs and
+    the tasks' scratch directories stay, for reading after the run."""
+    for sub in ("calls", "refs", "results"):
+        shutil.rmtree(directory / sub, ignore_errors=True)
 
 
 def _cloudpickle(obj: Any) -> bytes:
