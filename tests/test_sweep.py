@@ -14,6 +14,7 @@ import json
 import math
 import socket
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import optuna
@@ -34,6 +35,7 @@ from sweep_helpers import (
 import paralela
 from paralela.errors import ConfigError
 from paralela.sweeping import SweepError, SweepResult
+from paralela.sweeping._driver import HANDOVER_SECONDS, _handed_over
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -483,3 +485,22 @@ def test_report_in_a_command_trial_loads_nothing_heavy(tmp_path: Path) -> None:
     assert values[:3] == [0.25, math.inf, -math.inf]
     assert math.isnan(values[3])
     assert values[4] == 2.0
+
+
+def test_the_sampler_waits_for_submitted_trials_to_be_sent_but_never_long() -> None:
+    # The driver resumes the sampler once the backend has taken the function trials it
+    # just submitted (their futures run or are done); a backend that does not take one
+    # (all workers busy, broken) holds the sampler back HANDOVER_SECONDS at most.
+    taken: Future[None] = Future()
+    assert taken.set_running_or_notify_cancel()
+    finished: Future[None] = Future()
+    finished.set_result(None)
+    start = time.monotonic()
+    _handed_over([taken, finished])
+    _handed_over([])
+    assert time.monotonic() - start < HANDOVER_SECONDS
+
+    waiting: Future[None] = Future()
+    start = time.monotonic()
+    _handed_over([taken, waiting])
+    assert HANDOVER_SECONDS <= time.monotonic() - start < 1.0

@@ -28,7 +28,7 @@ from sweep_helpers import (
 )
 
 import paralela
-from paralela.sweeping._gate import ENV_GATE_FD, is_python_script
+from paralela.sweeping._gate import ENV_GATE_FD, PRELOAD, is_python_script
 from paralela.sweeping._trials import CommandTrial, TrialSpec
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,6 +72,23 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "notes.jsonl"
     monkeypatch.setenv(RECORD_VARIABLE, str(path))
     return path
+
+
+def at_gate(pid: int) -> bool:
+    """Whether the process sleeps reading a pipe, as a gated trial at its gate does
+    (Linux's ``/proc/PID/wchan``: ``pipe_read``, ``anon_pipe_read`` on newer kernels)."""
+    return "pipe_read" in Path(f"/proc/{pid}/wchan").read_text()
+
+
+def gated(
+    argv: list[str], tmp_path: Path, poll: Callable[..., None]
+) -> tuple[CommandTrial, TrialSpec]:
+    """A gated trial of ``argv``, waiting at its gate (its preloading done)."""
+    spec = TrialSpec(1, 0, {}, str(tmp_path / "trial.log"))
+    events: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
+    trial = CommandTrial(argv, spec, dict(os.environ), events, gated=True)
+    poll(lambda: at_gate(trial.process.pid), timeout=30, what="the trial to reach its gate")
+    return trial, spec
 
 
 def seen_line(output: str) -> dict[str, object]:
@@ -269,3 +286,105 @@ def test_a_process_that_dies_at_its_gate_leaves_its_trial_to_a_fresh_one(
     assert killed["victim"] is not None
     assert [t.state for t in result.trials] == ["COMPLETE"] * 3
     assert sorted(n["number"] for n in notes(record, "ran")) == [0, 1, 2]
+
+
+def test_the_preloaded_modules_are_loaded_before_the_script_and_change_nothing_else(
+    tmp_path: Path, poll: Callable[..., None]
+) -> None:
+    # Its first line notes which PRELOAD modules are already there; then it uses them.
+    script = tmp_path / "parse.py"
+    script.write_text(
+        "import sys\n"
+        f"there = sorted(n for n in {PRELOAD!r} if n in sys.modules)\n"
+        "import argparse, json, math, shutil\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--lr', type=float, required=True)\n"
+        "lr = parser.parse_args().lr\n"
+        "print(json.dumps({'there': there, 'lr': lr, 'sqrt': math.sqrt(lr), "
+        "'shutil': shutil.__file__}))\n"
+    )
+    argv = [sys.executable, str(script), "--lr", "0.25"]
+    direct = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    trial, spec = gated(argv, tmp_path, poll)
+    assert Path(spec.log_path).read_text().count("\n") == 1  # its command line: nothing ran
+    trial.open_gate()
+    assert trial.process.wait(timeout=30) == 0
+    seen = json.loads(Path(spec.log_path).read_text().splitlines()[-1])
+
+    assert direct["there"] == []  # `python SCRIPT.py` loads none of them before line 1
+    assert seen["there"] == sorted(PRELOAD)  # the gated process had them already
+    assert {k: v for k, v in seen.items() if k != "there"} == {
+        k: v for k, v in direct.items() if k != "there"
+    }
+
+
+def test_a_module_of_the_user_that_shadows_a_preloaded_one_loads_only_after_the_gate(
+    tmp_path: Path, poll: Callable[..., None]
+) -> None:
+    marker = tmp_path / "imported.txt"
+    code = tmp_path / "code"
+    code.mkdir()
+    # The user's own shutil.py beside the script: `python SCRIPT.py` imports it, not the
+    # standard library's. Importing it leaves a mark.
+    (code / "shutil.py").write_text(
+        f"with open({str(marker)!r}, 'a') as f:\n    f.write('imported\\n')\n"
+    )
+    script = code / "uses.py"
+    script.write_text("import json, shutil\nprint(json.dumps({'shutil': shutil.__file__}))\n")
+    argv = [sys.executable, str(script)]
+    direct = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    assert direct["shutil"] == str(code / "shutil.py")
+    marker.unlink()
+
+    trial, spec = gated(argv, tmp_path, poll)
+    assert not marker.exists()  # nothing of the user's ran before the gate
+    trial.open_gate()
+    assert trial.process.wait(timeout=30) == 0
+    seen = json.loads(Path(spec.log_path).read_text().splitlines()[-1])
+    assert seen == direct
+    assert marker.read_text() == "imported\n"  # once, after the gate
+
+
+def test_a_script_changed_while_its_process_waits_runs_as_it_is_when_the_gate_opens(
+    tmp_path: Path, poll: Callable[..., None]
+) -> None:
+    script = tmp_path / "changing.py"
+    script.write_text("print('the first version')\n")
+    trial, spec = gated([sys.executable, str(script)], tmp_path, poll)  # compiled it
+    script.write_text("print('the second version, longer')\n")
+    trial.open_gate()
+    assert trial.process.wait(timeout=30) == 0
+    assert Path(spec.log_path).read_text().splitlines()[1:] == ["the second version, longer"]
+
+
+def test_the_scripts_own_garbage_is_collected_as_without_the_gate(
+    tmp_path: Path, poll: Callable[..., None]
+) -> None:
+    # The gate freezes what it loaded (gc.freeze: Python's exit skips those objects);
+    # the script's own cycles are still collected, during the run and at its exit.
+    out = tmp_path / "out.txt"
+    script = tmp_path / "cycles.py"
+    script.write_text(
+        "import gc, os, sys\n"
+        "out = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)\n"
+        "class Node:\n"
+        "    def __init__(self, name):\n"
+        "        self.name, self.peer, self.out, self.write = name, None, out, os.write\n"
+        "    def __del__(self):  # (at exit, only what the object holds is left)\n"
+        "        self.write(self.out, f'freed {self.name}\\n'.encode())\n"
+        "def cycle(name):\n"
+        "    a, b = Node(name), Node(name + '-peer')\n"
+        "    a.peer, b.peer = b, a\n"
+        "cycle('during')\n"
+        "gc.collect()\n"
+        "kept = Node('at-exit')\n"
+        "kept.peer = kept\n"
+    )
+    subprocess.run([sys.executable, str(script), str(out)], check=True, timeout=60)
+    direct = sorted(out.read_text().splitlines())
+    out.unlink()
+    trial, _ = gated([sys.executable, str(script), str(out)], tmp_path, poll)
+    trial.open_gate()
+    assert trial.process.wait(timeout=30) == 0
+    assert sorted(out.read_text().splitlines()) == direct
+    assert direct == ["freed at-exit", "freed during", "freed during-peer"]

@@ -23,8 +23,9 @@ from optuna.trial import TrialState
 from sweep_helpers import reporting
 
 import paralela
+from paralela.sweeping import _study
 from paralela.sweeping._cache import DriverStorage
-from paralela.sweeping._study import open_storage
+from paralela.sweeping._study import alembic_head, open_storage
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -276,3 +277,73 @@ def test_a_database_the_user_names_keeps_its_journal_mode(tmp_path: Path) -> Non
     )
     assert [t.state for t in result.trials] == ["COMPLETE"] * 2
     assert journal_mode(database) == "delete"  # SQLite's default, as Optuna leaves it
+
+
+def schema_and_versions(database: Path) -> tuple[list[Any], list[Any], list[Any]]:
+    """A database's tables and indexes (as SQLite stores their SQL), alembic's revision
+    and Optuna's version row."""
+    with sqlite3.connect(database) as connection:
+        schema = connection.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+        ).fetchall()
+        revision = connection.execute("SELECT * FROM alembic_version").fetchall()
+        version = connection.execute("SELECT * FROM version_info").fetchall()
+    connection.close()
+    return schema, revision, version
+
+
+def test_the_newest_schema_revision_is_alembics_own(tmp_path: Path) -> None:
+    storage = optuna.storages.RDBStorage(url(tmp_path / "optuna.db"))
+    assert alembic_head() == storage._version_manager.get_head_version()
+    storage.engine.dispose()
+
+
+@pytest.mark.parametrize("wal", [True, False])
+def test_a_new_database_is_the_one_optuna_would_have_created(tmp_path: Path, wal: bool) -> None:
+    theirs = optuna.storages.RDBStorage(url(tmp_path / "optuna.db"))
+    theirs.engine.dispose()
+    ours = open_storage(url(tmp_path / "ours.db"), wal=wal)
+    ours.engine.dispose()
+
+    assert schema_and_versions(tmp_path / "ours.db") == schema_and_versions(tmp_path / "optuna.db")
+    assert journal_mode(tmp_path / "ours.db") == ("wal" if wal else "delete")
+    # Optuna's own check of a database it opens finds it up to date, and uses it.
+    again = optuna.storages.RDBStorage(url(tmp_path / "ours.db"))
+    again._version_manager.check_table_schema_compatibility()
+    study = optuna.create_study(storage=again, study_name="s")
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 2
+    again.engine.dispose()
+
+
+def test_without_a_readable_revision_optuna_creates_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    theirs = optuna.storages.RDBStorage(url(tmp_path / "optuna.db"))
+    theirs.engine.dispose()
+    monkeypatch.setattr(_study, "alembic_head", lambda: None)
+    ours = open_storage(url(tmp_path / "ours.db"), wal=True)
+    ours.engine.dispose()
+    assert schema_and_versions(tmp_path / "ours.db") == schema_and_versions(tmp_path / "optuna.db")
+
+
+@pytest.mark.parametrize(
+    ("scripts", "head"),
+    [
+        ({"a": ('"r1"', "None"), "b": ('"r2"', '"r1"'), "c": ("'r3'", '"r2"')}, "r3"),
+        ({"a": ('"r1"', "None"), "b": ('"r2"', '"r1"'), "c": ('"r3"', '"r1"')}, None),  # branch
+        ({"a": ('"r1"', "None"), "b": ('"r3"', '"r2"')}, None),  # a gap
+        ({"a": ('"r1"', "None"), "b": ('"r1"', '"r1"')}, None),  # twice the same
+        ({"a": ('"r1"', "None"), "b": ('"r2"', None)}, None),  # no down_revision line
+        ({}, None),
+    ],
+)
+def test_the_newest_revision_is_read_only_from_a_plain_chain(
+    tmp_path: Path, scripts: dict[str, tuple[str, str | None]], head: str | None
+) -> None:
+    for name, (revision, parent) in scripts.items():
+        lines = ['"""Revision ID: x"""', "import alembic", f"revision = {revision}"]
+        if parent is not None:
+            lines.append(f"down_revision = {parent}")
+        (tmp_path / f"{name}.py").write_text("\n".join([*lines, "branch_labels = None", ""]))
+    assert alembic_head(tmp_path) == head

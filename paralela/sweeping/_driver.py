@@ -59,6 +59,9 @@ __all__ = ["Budget", "SweepError", "run_trials"]
 
 # How often the loop wakes without events: checks the time budget and the live table.
 TICK_SECONDS = 0.25
+# How long the loop waits, at most, for the function trials it just submitted to be
+# taken to their workers before it lets the sampler work (see _handed_over).
+HANDOVER_SECONDS = 0.005
 
 
 class SweepError(ParalelaError):
@@ -109,6 +112,7 @@ def run_trials(
     from optuna.trial import TrialState
 
     events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    handed: list[Any] = []  # function trials submitted since the sampler last resumed
     free: collections.deque[Slot] = collections.deque(slots)
     running: dict[int, _Running] = {}
     records: list[TrialRecord] = []
@@ -188,6 +192,7 @@ def run_trials(
         )
         if backend is not None:
             future = backend.submit(run_function_trial, job_ref, spec)
+            handed.append(future)
             number = trial.number
 
             def done(f: Any, n: int = number) -> None:
@@ -305,6 +310,8 @@ def run_trials(
             start_slots()
             if not may_start():
                 oracle.stop_asking()
+            _handed_over(handed)
+            handed.clear()
             oracle.resume()  # sample and write while the trials run (see Oracle.hold)
             on_change(records, [r.record for r in running.values()])
             if not running or failed_too_often():  # a broken sweep stops at once
@@ -387,6 +394,18 @@ def run_trials(
             backend.shutdown(wait=not running, cancel_futures=True)
     wall = time.time() - t0
     return records, wall, busy / (wall * len(slots)) if wall > 0 else 0.0
+
+
+def _handed_over(futures: list[Any]) -> None:
+    """Wait until the backend's thread has taken these function trials to their workers
+    (their futures run), for at most ``HANDOVER_SECONDS``.
+
+    That thread needs the GIL to send a trial; the sampler, resumed first, would hold it
+    for up to 5 ms at a time (Python's switch interval), the trial's slot idle meanwhile.
+    """
+    deadline = time.monotonic() + HANDOVER_SECONDS
+    while any(not (f.running() or f.done()) for f in futures) and time.monotonic() < deadline:
+        time.sleep(0.0002)
 
 
 def _last_error(records: list[TrialRecord]) -> str:
