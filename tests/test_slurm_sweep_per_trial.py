@@ -225,11 +225,17 @@ def job_ids(run: Path) -> dict[int, str]:
 
 
 def sacct_state(job: str) -> str:
-    done = subprocess.run(
-        ["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-    return done.stdout.strip().split(" ")[0]
+    """The job's state in accounting, waiting (30 s at most) until it has one."""
+    deadline = time.monotonic() + 30
+    while True:
+        done = subprocess.run(
+            ["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        state = done.stdout.strip().split(" ")[0]
+        if state or time.monotonic() > deadline:
+            return state
+        time.sleep(0.5)
 
 
 def in_queue(jobs: list[str]) -> list[str]:
@@ -370,7 +376,11 @@ def test_a_killed_driver_has_its_jobs_cancelled_and_the_sweep_continues(
     while in_queue(jobs) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert in_queue(jobs) == []  # the reaper cancelled them
-    assert [sacct_state(job) for job in jobs] == ["CANCELLED", "CANCELLED"]
+    # (accounting may take a moment to record a job cancelled while it was pending)
+    deadline = time.monotonic() + 30
+    while [sacct_state(job) for job in jobs] != ["CANCELLED"] * 2:
+        assert time.monotonic() < deadline, [sacct_state(job) for job in jobs]
+        time.sleep(0.5)
     assert notes(tmp_path / "record.jsonl", "ran") == []  # nothing finished
 
     again = cli(tmp_path, *argv, env=trial_env(tmp_path, 0.2))

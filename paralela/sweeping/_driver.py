@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paralela.backends import Broadcast
 from paralela.backends._wire import dumps
@@ -43,7 +43,6 @@ from paralela.resources import Slot
 from paralela.sweeping._gate import is_python_script
 from paralela.sweeping._oracle import LOG_ERROR_CHARS, Oracle
 from paralela.sweeping._results import TrialRecord
-from paralela.sweeping._slurm_trials import SlurmTrial, SlurmTrials
 from paralela.sweeping._study import UNUSED_ATTR, requeue_interrupted
 from paralela.sweeping._trials import (
     CommandTrial,
@@ -54,6 +53,9 @@ from paralela.sweeping._trials import (
     log_tail,
     run_function_trial,
 )
+
+if TYPE_CHECKING:  # one Slurm job per trial: imported by the caller that asks for it
+    from paralela.sweeping._slurm_trials import SlurmTrial, SlurmTrials
 
 __all__ = ["Budget", "SweepError", "run_trials"]
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from paralela.distributed._slurm_job import JOB_OPTIONS
 from paralela.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -41,22 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SLURM_MODES", "SWEEP_OPTIONS", "SlurmSweepJob", "submit_sweep", "sweep_script"]
 
-#: The Slurm options a packed sweep accepts.
-SWEEP_OPTIONS = (
-    "nodes",
-    "cpus_per_task",
-    "gpus_per_node",
-    "mem_gb",
-    "timeout_min",
-    "slurm_partition",
-    "slurm_account",
-    "slurm_qos",
-    "slurm_constraint",
-    "slurm_additional",
-    "slurm_job_name",
-    "slurm_python",
-    "slurm_setup",
-)
+#: The Slurm options a packed sweep accepts: one task, its GPUs the sweep's slots.
+SWEEP_OPTIONS = tuple(n for n in JOB_OPTIONS if n not in ("ntasks_per_node", "gpus_per_task"))
 SLURM_MODES = ("pack", "per-trial")
 # The trials directory is listed at most this often for "trial N started" lines.
 PROGRESS_INTERVAL_S = 1.0

@@ -33,6 +33,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
+from paralela.distributed._slurm_job import JOB_OPTIONS
 from paralela.errors import ConfigError
 from paralela.sweeping._report import ENV_PARAMS, ENV_REPORT_FILE, ENV_TRIAL_NUMBER
 
@@ -43,19 +44,11 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_JOBS", "TRIAL_OPTIONS", "SlurmTrial", "SlurmTrials", "function_command"]
 
-#: The Slurm options of a trial's job.
-TRIAL_OPTIONS = (
-    "cpus_per_task",
-    "gpus_per_task",
-    "mem_gb",
-    "timeout_min",
-    "slurm_partition",
-    "slurm_account",
-    "slurm_qos",
-    "slurm_constraint",
-    "slurm_additional",
-    "slurm_job_name",
-    "slurm_setup",
+#: The Slurm options of a trial's job: one task on one node, running the command itself.
+TRIAL_OPTIONS = tuple(
+    name
+    for name in JOB_OPTIONS
+    if name not in ("nodes", "ntasks_per_node", "gpus_per_node", "slurm_python")
 )
 #: Jobs queued or running at once when ``workers`` is not given.
 DEFAULT_JOBS = 4
