@@ -33,12 +33,13 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
+from paralela.backends.slurm._state import JobState
 from paralela.distributed._slurm_job import JOB_OPTIONS
 from paralela.errors import ConfigError
 from paralela.sweeping._report import ENV_PARAMS, ENV_REPORT_FILE, ENV_TRIAL_NUMBER
 
 if TYPE_CHECKING:
-    from paralela.backends.slurm._state import JobState, StateReader
+    from paralela.backends.slurm._state import StateReader
     from paralela.distributed._slurm_job import JobOptions
     from paralela.sweeping._trials import TrialSpec
 
@@ -287,10 +288,9 @@ class SlurmTrials:
                 if state is not None:
                     last_known[job_id] = now
                 elif now - last_known.setdefault(job_id, now) > LOST_AFTER_S:
-                    from paralela.backends.slurm._state import JobState
-
                     state = JobState(job_id, "VANISHED", "", "paralela")
                 if state is not None and state.finished:
+                    last_known.pop(job_id, None)
                     self._end(trial, events, state)
 
     def _end(
@@ -308,8 +308,6 @@ class SlurmTrials:
         events.put(("exit", trial, returncode_of(state)))
 
     def _end_all(self, watched: Mapping[str, Any], why: str) -> None:
-        from paralela.backends.slurm._state import JobState
-
         for job_id, (trial, events) in watched.items():
             self._end(trial, events, JobState(job_id, "VANISHED", "", "paralela"), why)
 
