@@ -200,13 +200,24 @@ def test_sweep_refuses_bad_backend_arguments_before_anything_runs(
 # -- against the real cluster --------------------------------------------------------
 
 
-def cli(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+def cli(
+    tmp_path: Path, *args: str, env: dict[str, str], space: str = "space.yaml"
+) -> subprocess.Popen[str]:
+    """``paralela sweep --backend slurm --slurm-mode per-trial ... --json ARGS`` started."""
     return subprocess.Popen(
-        [PYTHON, "-m", "paralela", "sweep", "--space", "space.yaml", "--backend", "slurm",
+        [PYTHON, "-m", "paralela", "sweep", "--space", space, "--backend", "slurm",
          "--slurm-mode", "per-trial", "--slurm-partition", "debug", "--timeout-min", "5",
          "--no-plots", "--json", "--run-dir", str(tmp_path / "run"), *args],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+
+
+def trials_of(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    """The trials a sweep started by :func:`cli` printed, once it exited 0."""
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    trials: list[dict[str, Any]] = json.loads(out)["trials"]
+    return trials
 
 
 def trial_env(tmp_path: Path, sleep: float) -> dict[str, str]:
@@ -259,9 +270,7 @@ def test_each_trial_is_a_job_of_its_own_and_at_most_workers_run_at_once(
         tmp_path, "--trials", "5", "--workers", "2", "--",
         PYTHON, str(trial), "--x", "{x}", env=trial_env(tmp_path, 1.0),
     )  # fmt: skip
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err
-    trials = json.loads(out)["trials"]
+    trials = trials_of(proc)
     assert [t["state"] for t in trials] == ["COMPLETE"] * 5
     ran = notes(tmp_path / "record.jsonl", "ran")
     assert sorted(r["params"]["x"] for r in ran) == sorted(t["params"]["x"] for t in trials)
@@ -293,16 +302,11 @@ def test_a_pruned_trial_has_its_job_cancelled(slurm_cluster: str, tmp_path: Path
         note("finished", x=x)
         """,
     )
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "paralela", "sweep", "--space", "space.csv", "--backend", "slurm",
-         "--slurm-mode", "per-trial", "--workers", "1", "--pruner", "median", "--no-plots",
-         "--json", "--run-dir", str(tmp_path / "run"), "--", PYTHON, str(trial)],
-        cwd=tmp_path, env=trial_env(tmp_path, 0), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+    proc = cli(
+        tmp_path, "--workers", "1", "--pruner", "median", "--", PYTHON, str(trial),
+        env=trial_env(tmp_path, 0), space="space.csv",
     )  # fmt: skip
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err
-    trials = json.loads(out)["trials"]
+    trials = trials_of(proc)
     assert [t["state"] for t in trials] == ["COMPLETE"] * 5 + ["PRUNED"]
     assert len(notes(tmp_path / "record.jsonl", "finished")) == 5  # the bad one never did
     bad = job_ids(tmp_path / "run")[5]
@@ -318,9 +322,7 @@ def test_a_failed_job_is_recorded_with_its_state_and_log(
     (tmp_path / "space.yaml").write_text(SPACE)
     trial = write_trial(tmp_path, "fails.py", 'print("about to fail", flush=True)\nsys.exit(3)\n')
     proc = cli(tmp_path, "--trials", "1", "--", PYTHON, str(trial), env=trial_env(tmp_path, 0))
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err
-    (failed,) = json.loads(out)["trials"]
+    (failed,) = trials_of(proc)
     assert failed["state"] == "FAIL"
     assert failed["exit_code"] == 3
     job = job_ids(tmp_path / "run")[0]
@@ -342,9 +344,7 @@ def test_a_timed_out_job_ends_its_trial_instead_of_leaving_the_driver_waiting(
         tmp_path, "--trials", "1", "--slurm-additional", "time=0:05", "--", PYTHON, str(trial),
         env=trial_env(tmp_path, 0),
     )  # fmt: skip
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err
-    (timed_out,) = json.loads(out)["trials"]
+    (timed_out,) = trials_of(proc)
     assert timed_out["state"] == "FAIL"
     assert timed_out["intermediate"] == {"0": 1.0}  # what it reported before is kept
     job = job_ids(tmp_path / "run")[0]
@@ -384,9 +384,7 @@ def test_a_killed_driver_has_its_jobs_cancelled_and_the_sweep_continues(
     assert notes(tmp_path / "record.jsonl", "ran") == []  # nothing finished
 
     again = cli(tmp_path, *argv, env=trial_env(tmp_path, 0.2))
-    out, err = again.communicate(timeout=240)
-    assert again.returncode == 0, err
-    trials = json.loads(out)["trials"]
+    trials = trials_of(again)
     assert sorted(t["state"] for t in trials if t["state"] == "COMPLETE") == ["COMPLETE"] * 3
     assert len(notes(tmp_path / "record.jsonl", "ran")) == 3  # each trial ran once
 
