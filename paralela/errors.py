@@ -5,7 +5,8 @@ Every error says what happened, what is allowed, and what to do::
     ParalelaError
     ├── ConfigError (ValueError)        bad option or input, raised before work starts
     │   └── UnpicklableError            a function or argument cannot travel to a worker
-    ├── TaskError                       the user's function raised in a worker
+    ├── TaskError                       the user's function raised an exception that
+    │                                   cannot be re-raised as itself (see TaskError)
     ├── MapError                        on_error="collect": every TaskError of a run
     ├── WorkerDiedError                 a worker died (signal, exit code) more often than allowed
     ├── RunStoreError                   the run directory cannot be used
@@ -59,13 +60,21 @@ class UnpicklableError(ConfigError):
 
 
 class TaskError(ParalelaError):
-    """The user's function raised an exception in a worker.
+    """The user's function raised an exception that cannot be re-raised as itself.
+
+    ``paralela.map`` re-raises the function's exception as its own type; it raises a
+    ``TaskError`` only when that exception cannot be rebuilt in the driver (it does not
+    pickle, or its class does not import there) or is not an ``Exception`` (a
+    ``KeyboardInterrupt`` or ``SystemExit`` raised by the function). ``MapError.failures``
+    holds one ``TaskError`` per failed item, as a record.
 
     Attributes:
         index: position of the failing item in the input.
         item_repr: a short ``repr`` of that item.
         remote_traceback: the traceback as formatted in the worker.
         exc_type: the qualified name of the original exception type.
+        exception: the original exception, rebuilt in the driver (``None`` when it could
+            not be).
     """
 
     def __init__(
@@ -82,6 +91,7 @@ class TaskError(ParalelaError):
         self.item_repr = item_repr
         self.remote_traceback = remote_traceback
         self.exc_type = exc_type
+        self.exception: BaseException | None = None
 
     def __str__(self) -> str:
         where = f"item {self.index} ({self.item_repr})" if self.index is not None else "a task"

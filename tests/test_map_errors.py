@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import paralela
+from paralela.backends._processes import RemoteTraceback
 from paralela.errors import ConfigError, MapError, TaskError, UnpicklableError
 
 BACKENDS = ["sequential", "threads", "processes"]
@@ -56,24 +58,55 @@ def fail_with_long_item(x: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_exception_in_fn_is_a_task_error_with_item_and_traceback(backend: str) -> None:
-    with pytest.raises(TaskError) as info:
+def test_exception_in_fn_is_reraised_as_its_own_type_with_item_and_traceback(
+    backend: str,
+) -> None:
+    with pytest.raises(ValueError, match=r"thirteen is unlucky \(13\)") as info:
         paralela.map(fail_on_13, range(40), backend=backend, workers=2, chunksize=4)
     exc = info.value
-    assert exc.index == 13
-    assert exc.item_repr == "13"
-    assert exc.exc_type == "ValueError"
-    assert "Traceback (most recent call last)" in exc.remote_traceback
-    assert "fail_on_13" in exc.remote_traceback
-    assert "ValueError: thirteen is unlucky (13)" in exc.remote_traceback
-    assert str(exc).startswith("ValueError in item 13 (13): thirteen is unlucky (13)")
+    assert type(exc) is ValueError  # `except ValueError` works, as with Pool and joblib
+    assert exc.paralela_index == 13  # type: ignore[attr-defined]
+    assert exc.paralela_item_repr == "13"  # type: ignore[attr-defined]
+    assert "paralela: raised by fn on item 13 (13)" in getattr(exc, "__notes__", [])
+    if backend == "processes":
+        cause = exc.__cause__
+        assert isinstance(cause, RemoteTraceback)
+        assert "Traceback (most recent call last)" in cause.tb
+        assert "fail_on_13" in cause.tb
+        assert "ValueError: thirteen is unlucky (13)" in cause.tb
+    else:  # the very exception object, with its own traceback
+        assert "fail_on_13" in "".join(traceback.format_tb(exc.__traceback__))
+
+
+class Unrebuildable(Exception):
+    """Pickles, but cannot be rebuilt: __init__ takes two arguments, args holds one."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"{a}/{b}")
+
+
+def raise_unrebuildable(x: int) -> int:
+    if x == 2:
+        raise Unrebuildable(x, 0)
+    return x
+
+
+def test_an_exception_that_cannot_be_rebuilt_is_a_task_error() -> None:
+    with pytest.raises(TaskError) as info:
+        paralela.map(raise_unrebuildable, range(5), workers=2, chunksize=1)
+    exc = info.value
+    assert exc.index == 2
+    assert exc.exc_type.endswith("Unrebuildable")
+    assert exc.exception is None
+    assert "Unrebuildable: 2/0" in exc.remote_traceback
 
 
 def test_a_long_item_is_shown_short() -> None:
-    with pytest.raises(TaskError) as info:
+    with pytest.raises(ValueError, match="no") as info:
         paralela.map(fail_with_long_item, ["x" * 10_000], workers=2)
-    assert len(info.value.item_repr) <= 120
-    assert info.value.item_repr.endswith("...")
+    shown = info.value.paralela_item_repr  # type: ignore[attr-defined]
+    assert len(shown) <= 120
+    assert shown.endswith("...")
 
 
 def test_system_exit_in_fn_is_a_failure_not_a_dead_worker() -> None:

@@ -3,13 +3,21 @@
 ``get_backend(name, workers)`` returns a shared, long-lived backend for a name (workers
 are reused across calls and stopped when the interpreter exits); pass a
 :class:`Backend` instance instead of a name to manage its life yourself.
+
+Reuse rule for the local pools (``processes``, ``threads``): one shared pool per name.
+A call that asks for another worker count gets a new pool, and the old one is stopped
+as soon as no run uses it (:func:`using` marks a run); a pool with more workers than
+this process's CPUs is stopped when its last run ends. So idle workers never outnumber
+the CPUs, however many worker counts one program asks for.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from paralela.backends._base import Backend, Broadcast, Capabilities
@@ -18,12 +26,15 @@ from paralela.errors import ConfigError
 __all__ = [
     "Backend",
     "Broadcast",
+    "LOCAL_POOLS",
     "Capabilities",
     "available_backends",
     "discard_backend",
     "get_backend",
+    "make_backend",
     "register_backend",
     "shutdown_shared_backends",
+    "using",
 ]
 
 
@@ -62,8 +73,12 @@ _FACTORIES: dict[str, Callable[..., Backend]] = {
 }
 # Backends whose factory takes ``options`` (``factory(workers, options)``).
 _TAKES_OPTIONS = {"slurm"}
+# Local pools hold idle workers between calls: at most one shared pool per name.
+LOCAL_POOLS = frozenset({"processes", "threads"})
+_POOLS = LOCAL_POOLS
 _shared: dict[tuple[str, int | None, str], Backend] = {}
 _shared_lock = threading.Lock()
+_runs: dict[int, int] = {}  # id(backend) -> runs using it now
 
 
 def register_backend(
@@ -101,18 +116,9 @@ def get_backend(
                 f"{type(backend).__name__} you constructed instead."
             )
         return backend
-    if backend not in _FACTORIES:
-        raise ConfigError(
-            f"Unknown backend {backend!r}; valid backends are: {', '.join(available_backends())}."
-        )
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise ConfigError(f"workers must be a positive integer or None, got {workers!r}.")
-    if options and backend not in _TAKES_OPTIONS:
-        raise ConfigError(
-            f"Backend {backend!r} takes no options, got {', '.join(map(repr, options))}. "
-            f"Backends with options: {', '.join(sorted(_TAKES_OPTIONS)) or 'none'}."
-        )
+    _check(backend, workers, options)
     key = (backend, workers, repr(sorted((options or {}).items())))
+    retired: list[Backend] = []
     with _shared_lock:
         found = _shared.get(key)
         if found is not None and not found.healthy():
@@ -120,10 +126,74 @@ def get_backend(
             found.shutdown(wait=False, cancel_futures=True)
             found = None
         if found is None:
-            factory = _FACTORIES[backend]
-            made = factory(workers, options) if backend in _TAKES_OPTIONS else factory(workers)
-            found = _shared[key] = made
-        return found
+            if backend in _POOLS:  # one pool per name: the idle ones of other sizes go
+                for other_key, other in list(_shared.items()):
+                    if other_key[0] == backend and not _runs.get(id(other)):
+                        retired.append(_shared.pop(other_key))
+            found = _shared[key] = _make(backend, workers, options)
+    for old in retired:
+        old.shutdown(wait=False, cancel_futures=True)
+    return found
+
+
+def make_backend(
+    backend: str, workers: int | None = None, options: Mapping[str, Any] | None = None
+) -> Backend:
+    """A new backend of its own for ``backend`` (never shared); the caller shuts it down."""
+    _check(backend, workers, options)
+    return _make(backend, workers, options)
+
+
+def _check(backend: str, workers: int | None, options: Mapping[str, Any] | None) -> None:
+    if backend not in _FACTORIES:
+        raise ConfigError(
+            f"Unknown backend {backend!r}; valid backends are: {', '.join(available_backends())}."
+        )
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
+        raise ConfigError(f"workers must be a positive integer or None, got {workers!r}.")
+    if options and backend not in _TAKES_OPTIONS:
+        raise ConfigError(
+            f"Backend {backend!r} takes no options, got {', '.join(map(repr, options))}. "
+            f"Backends with options: {', '.join(sorted(_TAKES_OPTIONS)) or 'none'}."
+        )
+
+
+def _make(backend: str, workers: int | None, options: Mapping[str, Any] | None) -> Backend:
+    factory = _FACTORIES[backend]
+    return factory(workers, options) if backend in _TAKES_OPTIONS else factory(workers)
+
+
+@contextlib.contextmanager
+def using(backend: Backend) -> Iterator[Backend]:
+    """Mark a run on ``backend`` while the block runs, so the reuse rule (see the module
+    docstring) never stops a pool under a run; an oversized shared pool stops after."""
+    with _shared_lock:
+        _runs[id(backend)] = _runs.get(id(backend), 0) + 1
+    try:
+        yield backend
+    finally:
+        retire = False
+        with _shared_lock:
+            left = _runs.pop(id(backend)) - 1
+            if left:
+                _runs[id(backend)] = left
+            else:
+                oversized = backend.effective_workers() > _usable_cpus()
+                for key, shared in list(_shared.items()):
+                    if shared is backend and key[0] in _POOLS and oversized:
+                        del _shared[key]
+                        retire = True
+        if retire:
+            backend.shutdown(wait=False, cancel_futures=True)
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def discard_backend(backend: Backend) -> None:

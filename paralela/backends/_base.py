@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
@@ -111,6 +111,18 @@ class Backend(ABC):
 
     def forget(self, broadcast: Broadcast[Any]) -> None:  # noqa: B027  (optional hook)
         """Let workers drop a :class:`Broadcast` value that no task will need again."""
+
+    def cancel(self, futures: Iterable[Future[Any]]) -> None:
+        """Stop the tasks of ``futures`` now: those not started never start, and
+        backends that can stop a running task (a process's worker) stop it too.
+
+        Every future given is done (cancelled, or failed with ``CancelledError``)
+        when this returns, except those of running tasks on backends that cannot stop
+        them (threads: they finish, and their results are dropped). The default cancels
+        what has not started.
+        """
+        for future in futures:
+            future.cancel()
 
     def flush(self) -> None:  # noqa: B027  (optional hook)
         """Start the tasks submitted so far now (backends that group submissions)."""

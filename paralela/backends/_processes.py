@@ -7,9 +7,12 @@
     manager thread: wait(connections, process sentinels, wake pipe) ─┤
       ├─ dispatch: give each worker up to PREFETCH tasks; copy buffers into its arena
       ├─ receive:  result or remote error ──> future
-      └─ death:    the running task's future fails with WorkerDiedError (the caller may
+      ├─ death:    the running task's future fails with WorkerDiedError (the caller may
                    submit it again); the tasks queued behind it go back to the queue;
-                   a fresh worker takes the dead one's place
+                   a fresh worker takes the dead one's place once work waits for it
+      └─ cancel(): queued tasks are dropped; a worker running a cancelled task is killed
+                   with the processes it started (the caller's thread does it at once),
+                   one holding only queued ones is told to skip them
 
 Workers are fresh interpreters (fork + exec: safe when the caller has threads or has
 initialised CUDA, unlike plain fork, and the user's ``__main__`` is never re-run), stay
@@ -28,8 +31,8 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import CancelledError, Future
 from multiprocessing.connection import Connection, wait
 from typing import Any, ClassVar, TypeVar
 
@@ -41,7 +44,7 @@ from paralela.backends._wire import (
     loads,
     zero_copy_available,
 )
-from paralela.backends._worker import BroadcastRef
+from paralela.backends._worker import CANCEL_TAG, BroadcastRef
 from paralela.errors import ConfigError, ParalelaError, UnpicklableError, WorkerDiedError
 from paralela.resources._slots import THREAD_VARIABLES, Slot
 
@@ -157,6 +160,8 @@ class ProcessBackend(Backend):
     with the remote traceback as its ``__cause__``. When a worker dies, the future of
     the task it was running fails with :class:`~paralela.errors.WorkerDiedError`.
     ``shutdown(cancel_futures=True)`` cancels queued tasks; running ones finish.
+    :meth:`cancel` stops given tasks, running ones included (their workers are killed,
+    with every process they started, and replaced when work needs them).
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -205,6 +210,8 @@ class ProcessBackend(Backend):
         self._closing = False
         self._broken: BaseException | None = None
         self._startup_deaths = 0
+        # Places of workers killed by cancel(): refilled only once work waits for them.
+        self._lazy_places: set[int] = set()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._manager = threading.Thread(target=self._run, name="paralela-manager", daemon=True)
@@ -248,6 +255,35 @@ class ProcessBackend(Backend):
 
     def effective_workers(self) -> int:
         return self._n
+
+    def cancel(self, futures: Iterable[Future[Any]]) -> None:
+        targets = set(futures)
+        if not targets:
+            return
+        doomed: list[int] = []
+        with self._lock:
+            kept: collections.deque[_Task] = collections.deque()
+            for task in self._pending:
+                if task.future in targets:
+                    _cancel_future(task.future)
+                else:
+                    kept.append(task)
+            self._pending = kept
+            for w in self._workers:
+                hit = [task for task, _ in w.inflight if task.future in targets]
+                if not hit:
+                    continue
+                if w.inflight[0][0].future in targets:  # running: only a kill stops it
+                    doomed.append(w.process.pid)
+                    self._lazy_places.add(w.place)
+                else:  # queued behind another caller's task: the worker skips them
+                    for task in hit:
+                        self._send(w, CANCEL_TAG + task.id.to_bytes(8, "little"))
+                for task in hit:
+                    _cancel_future(task.future)
+        for pid in doomed:  # the manager sees them die and requeues what was not ours
+            _kill_tree(pid)
+        self._wake()
 
     def healthy(self) -> bool:
         with self._lock:
@@ -312,7 +348,10 @@ class ProcessBackend(Backend):
         for place in range(self._n):
             if self._closing:
                 return
+            if place in self._lazy_places and not self._pending:
+                continue
             if place not in taken:
+                self._lazy_places.discard(place)
                 self._workers.append(self._spawn(place))
 
     def _spawn(self, place: int) -> _Worker:
@@ -332,7 +371,7 @@ class ProcessBackend(Backend):
         conn = Connection(ours.detach())
         # A worker that died at once (broken environment) is reported by its sentinel.
         with contextlib.suppress(OSError):
-            conn.send_bytes(dumps(("init", list(sys.path))))
+            conn.send_bytes(dumps(("init", list(sys.path), list(sys.argv))))
         return _Worker(process, conn, arenas, place)
 
     def _dispatch(self) -> None:
@@ -371,13 +410,29 @@ class ProcessBackend(Backend):
         except (EOFError, OSError):
             self._on_death(worker)
             return
-        self._complete(worker, loads(message))
+        self._complete(worker, message)
 
-    def _complete(self, worker: _Worker, message: tuple[Any, ...]) -> None:
+    def _complete(self, worker: _Worker, data: bytes) -> None:
         task, slot = worker.inflight.popleft()
         worker.free_slots.append(slot)
         task.buffers = []
         self._startup_deaths = 0
+        try:
+            message = loads(data)
+        except Exception as load_error:  # e.g. the result's class does not import here
+            if not task.future.done():
+                task.future.set_exception(
+                    UnpicklableError(
+                        "A task's result came back from its worker but cannot be rebuilt "
+                        f"in this process: {type(load_error).__name__}: {load_error}. "
+                        "Return plain data (numbers, strings, lists, dicts, arrays)."
+                    )
+                )
+            return
+        if task.future.done():  # cancelled while it ran or waited
+            return
+        if message[0] == "cancelled":
+            return
         if message[0] == "ok":
             task.future.set_result(message[2])
             return
@@ -394,7 +449,7 @@ class ProcessBackend(Backend):
         # Results the worker sent before it died are still in the pipe: keep them.
         try:
             while worker.inflight and worker.conn.poll(0):
-                self._complete(worker, loads(worker.conn.recv_bytes()))
+                self._complete(worker, worker.conn.recv_bytes())
         except (EOFError, OSError):
             pass
         try:
@@ -410,8 +465,10 @@ class ProcessBackend(Backend):
             return
         (running, _), *queued = worker.inflight
         for task, _ in reversed(queued):  # not started: they simply run elsewhere
-            self._pending.appendleft(task)
-        running.future.set_exception(WorkerDiedError(exitcode, pid=worker.process.pid))
+            if not task.future.done():
+                self._pending.appendleft(task)
+        if not running.future.done():  # else cancelled: killed on purpose
+            running.future.set_exception(WorkerDiedError(exitcode, pid=worker.process.pid))
 
     def _count_startup_death(self, exitcode: int | None) -> None:
         self._startup_deaths += 1
@@ -453,6 +510,26 @@ class ProcessBackend(Backend):
             fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
         for fd in fds:
             os.close(fd)
+
+
+def _cancel_future(future: Future[Any]) -> None:
+    if not future.cancel() and not future.done():  # already running
+        future.set_exception(CancelledError())
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a worker and every process it started."""
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, 9)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
 
 
 def worker_exit(exitcode: int | None) -> str:

@@ -7,6 +7,8 @@ from concurrent.futures import Future
 from typing import Any, ClassVar, TypeVar
 
 from paralela.backends._base import Backend, Capabilities, unwrap_broadcasts
+from paralela.backends._context import worker_context
+from paralela.backends._interrupt import marking_sigint, real_interrupt
 
 __all__ = ["SequentialBackend"]
 
@@ -39,10 +41,11 @@ class SequentialBackend(Backend):
         future: Future[R] = Future()
         future.set_running_or_notify_cancel()
         try:
-            future.set_result(fn(*unwrap_broadcasts(args), **kwargs))
+            with marking_sigint(), worker_context(1):
+                future.set_result(fn(*unwrap_broadcasts(args), **kwargs))
         except BaseException as exc:  # the future carries it, as in every backend
-            if isinstance(exc, KeyboardInterrupt):
-                raise
+            if isinstance(exc, KeyboardInterrupt) and real_interrupt():
+                raise  # a real Ctrl-C stops the caller
             future.set_exception(exc)
         return future
 

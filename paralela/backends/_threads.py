@@ -8,6 +8,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
 from paralela.backends._base import Backend, Capabilities, unwrap_broadcasts
+from paralela.backends._context import worker_context
 from paralela.errors import ConfigError
 
 __all__ = ["ThreadBackend"]
@@ -40,10 +41,16 @@ class ThreadBackend(Backend):
         self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="paralela")
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
-        return self._pool.submit(fn, *unwrap_broadcasts(args), **kwargs)
+        return self._pool.submit(_in_worker, fn, unwrap_broadcasts(args), kwargs)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
     def effective_workers(self) -> int:
         return self._workers
+
+
+def _in_worker(fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+    # A map inside this task runs within the thread's share (one CPU), never on this pool.
+    with worker_context(1):
+        return fn(*args, **kwargs)

@@ -7,11 +7,18 @@
                           (EOF: the driver is gone, exit at once, even mid-task)
 
 Messages from the driver (pickled tuples):
-    ("init", sys_path)                                the driver's import path, sent first
+    ("init", sys_path, argv)                          the driver's import path and sys.argv
+                                                      (as multiprocessing's spawn), sent first
     ("task", task_id, payload, arena_slot, layout)   run a task; buffers are in the arena
     ("ref", ref_id, payload)                          cache a Broadcast value
     ("forget", ref_id)                                drop it
-Replies: ("ok", task_id, result) or ("err", task_id, exc_or_None, traceback, type, message).
+    b"C" + task_id (8 bytes, not a pickle)            cancel a queued task (the reader
+                                                      thread notes it; it is never run)
+Replies: ("ok", task_id, result), ("err", task_id, exc_or_None, traceback, type, message),
+or ("cancelled", task_id).
+
+A result that cannot be pickled may offer a picklable replacement: its method
+``__paralela_unpicklable__(error)`` (the map's chunk outcome names the item at fault).
 
 A fresh interpreter (not a fork) keeps workers safe when the driver has threads or has
 initialised CUDA, and never re-runs the user's ``__main__``: functions travel by value
@@ -20,6 +27,7 @@ initialised CUDA, and never re-runs the user's ``__main__``: functions travel by
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import queue
@@ -30,9 +38,13 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from paralela.backends._context import mark_process_worker
 from paralela.backends._wire import ArenaView, dumps, loads
 
-__all__ = ["BroadcastRef", "main", "worker_main"]
+__all__ = ["CANCEL_TAG", "BroadcastRef", "kill_descendants", "main", "worker_main"]
+
+# First byte of a cancel message (pickles start with the PROTO opcode, 0x80).
+CANCEL_TAG = b"C"
 
 
 class BroadcastRef:
@@ -47,13 +59,40 @@ class BroadcastRef:
         return (BroadcastRef, (self.id,))
 
 
-def _read_forever(conn: Connection, inbox: queue.SimpleQueue[bytes]) -> None:
+def _read_forever(
+    conn: Connection, inbox: queue.SimpleQueue[bytes], cancelled: set[int]
+) -> None:
     try:
         while True:
-            inbox.put(conn.recv_bytes())
+            message = conn.recv_bytes()
+            if message[:1] == CANCEL_TAG:  # not a pickle: those start with PROTO (0x80)
+                cancelled.add(int.from_bytes(message[1:], "little"))
+            else:
+                inbox.put(message)
     except (EOFError, OSError):
-        # The driver closed the connection or died: nobody wants our results.
+        # The driver closed the connection or died: nobody wants our results, nor the
+        # processes the user's function started.
+        kill_descendants()
         os._exit(0)
+
+
+def kill_descendants(pid: int | None = None) -> None:
+    """SIGKILL every descendant of ``pid`` (default: this process), never raising."""
+    try:
+        import psutil
+
+        children = psutil.Process(pid).children(recursive=True)
+    except Exception:  # psutil missing, or the process is gone
+        return
+    for child in children:
+        with contextlib.suppress(Exception):  # already gone
+            child.kill()
+
+
+def _ignore_sigint(signum: int, frame: Any) -> None:
+    """Ctrl-C reaches the whole process group; the driver decides what stops. A Python
+    handler, unlike SIG_IGN, is reset by ``exec``: programs the user's function starts
+    still stop on Ctrl-C."""
 
 
 def _error_reply(task_id: int, exc: BaseException) -> bytes:
@@ -68,6 +107,23 @@ def _error_reply(task_id: int, exc: BaseException) -> bytes:
     return dumps(("err", task_id, exc_bytes, tb, kind, str(exc)))
 
 
+def _ok_reply(task_id: int, result: Any) -> bytes:
+    try:
+        return dumps(("ok", task_id, result))
+    except Exception as exc:
+        replace = getattr(result, "__paralela_unpicklable__", None)
+        if replace is None:
+            raise
+        return dumps(("ok", task_id, replace(exc)))
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return default
+
+
 def main() -> None:
     """Entry point: file descriptors of the driver connection and the arenas in argv."""
     fds = [int(a) for a in sys.argv[1:]]
@@ -78,14 +134,15 @@ def main() -> None:
 
 def worker_main(conn: Connection, arena_fds: list[int]) -> None:
     """Serve tasks until the driver closes the connection."""
-    # Ctrl-C reaches the whole process group; the driver decides what stops.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, _ignore_sigint)
+    mark_process_worker(_env_int("OMP_NUM_THREADS", 1))
     cpus = os.environ.get("PARALELA_CPU_AFFINITY")
     if cpus:
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     inbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    cancelled: set[int] = set()
     threading.Thread(
-        target=_read_forever, args=(conn, inbox), name="paralela-reader", daemon=True
+        target=_read_forever, args=(conn, inbox, cancelled), name="paralela-reader", daemon=True
     ).start()
     arenas = [ArenaView(fd) for fd in arena_fds]
     refs: dict[int, Any] = {}
@@ -95,6 +152,7 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
         kind = message[0]
         if kind == "init":
             sys.path[:] = message[1]
+            sys.argv[:] = message[2]
             continue
         if kind == "ref":
             refs[message[1]] = loads(message[2])
@@ -103,13 +161,17 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
             refs.pop(message[1], None)
             continue
         _, task_id, payload, slot, layout = message
+        if task_id in cancelled:
+            cancelled.discard(task_id)
+            conn.send_bytes(dumps(("cancelled", task_id)))
+            continue
         try:
             buffers = arenas[slot].views(layout) if layout else None
             fn, args, kwargs = loads(payload, buffers)
             args = tuple(refs[a.id] if isinstance(a, BroadcastRef) else a for a in args)
             result = fn(*args, **kwargs)
             del fn, args, kwargs, buffers
-            reply = dumps(("ok", task_id, result))
+            reply = _ok_reply(task_id, result)
             del result
         except BaseException as exc:  # everything goes back to the driver
             reply = _error_reply(task_id, exc)

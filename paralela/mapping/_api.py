@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 from paralela._config import UNSET, resolve
-from paralela.backends import Backend, get_backend
+from paralela.backends import LOCAL_POOLS, Backend, get_backend, make_backend
+from paralela.backends._context import worker_share
 from paralela.errors import ConfigError, MapError, UnpicklableError
 from paralela.mapping._chunking import FixedChunker, make_chunker
 from paralela.mapping._engine import MapIterator, Plan
@@ -63,11 +64,7 @@ def imap(
     is raised once the input is done. On a backend that packs tasks (Slurm) a generator
     is read into a list first: the number of items decides the size of the chunks.
     """
-    backend_obj = get_backend(
-        resolve("backend", backend, "processes"),
-        resolve("workers", workers, None),
-        backend_options,
-    )
+    backend_obj, owns_backend = _choose_backend(backend, workers, backend_options)
     if on_error not in ("raise", "collect"):
         raise ConfigError(f"on_error must be 'raise' or 'collect', got {on_error!r}.")
     n_retries = resolve("retries", retries, 2)
@@ -124,8 +121,35 @@ def imap(
             {"kind": "map", "function_name": getattr(fn, "__qualname__", repr(fn)), "items": total},
         )
     bar = make_progress(resolve("progress", progress, None), total, getattr(fn, "__name__", "map"))
-    plan = Plan(backend_obj, job, items, total, chunker, ordered, n_retries, store, bar, packed)
+    plan = Plan(
+        backend_obj, job, items, total, chunker, ordered, n_retries, store, bar, packed,
+        owns_backend,
+    )  # fmt: skip
     return MapIterator(plan)
+
+
+def _choose_backend(
+    backend: Any, workers: Any, options: Mapping[str, Any] | None
+) -> tuple[Backend, bool]:
+    """The backend a call runs on, and whether it was made for this call alone.
+
+    Inside a worker of another map (nested parallelism) nothing is shared with the pool
+    running us, which could deadlock, and nothing outgrows the worker's CPU share: the
+    default is a plain loop (as in joblib), and a local pool asked for by name is a
+    private one of at most that share, stopped when the call ends.
+    """
+    name = resolve("backend", backend, UNSET)
+    n = resolve("workers", workers, None)
+    share = worker_share()
+    if share is None or isinstance(name, Backend):
+        return get_backend("processes" if name is UNSET else name, n, options), False
+    if name is UNSET:
+        name = "sequential"
+    if name not in LOCAL_POOLS:
+        return get_backend(name, n, options), False
+    if n is not None and not isinstance(n, bool) and isinstance(n, int):
+        n = max(1, min(n, share))
+    return make_backend(name, share if n is None else n, options), True
 
 
 def _packed_chunk_size(total: int, backend: Backend, chunksize: int | str) -> int:

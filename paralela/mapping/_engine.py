@@ -11,6 +11,12 @@
 At most ``window`` chunks are in flight and at most ``window`` more wait to be yielded,
 so memory stays bounded for inputs of any length. A chunk whose worker died is
 submitted again, up to ``retries`` times.
+
+Stopping: when the run ends early (an item failed with ``on_error="raise"``, Ctrl-C,
+``close()``, a loop left early), the chunks still in flight are cancelled through
+``backend.cancel``: nothing more starts, and the processes backend kills the workers
+running them (they are replaced when work needs them). With ordered results, a failed
+item (or an input generator that raised) first lets every result before it through.
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ import time
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
-from paralela.backends import Backend, Broadcast
+from paralela.backends import Backend, Broadcast, using
 from paralela.backends._processes import RemoteTraceback
 from paralela.errors import (
     FingerprintMismatchError,
@@ -61,6 +67,8 @@ class Plan:
     progress: NullProgress
     # Chunks go through run_packed (a local pool inside each cluster task).
     packed: bool = False
+    # The backend was made for this run alone (a map nested in a worker): stop it after.
+    owns_backend: bool = False
 
 
 @dataclass
@@ -83,7 +91,7 @@ class MapIterator(Iterator[R], Generic[R]):
     def __init__(self, plan: Plan) -> None:
         self.summary = MapSummary()
         self._chunks = run(plan, self.summary)
-        self._items = itertools.chain.from_iterable(self._chunks)
+        self._items: Iterator[Any] = itertools.chain.from_iterable(self._chunks)
 
     def __iter__(self) -> MapIterator[R]:
         return self
@@ -96,6 +104,8 @@ class MapIterator(Iterator[R], Generic[R]):
         return self._chunks
 
     def close(self) -> None:
+        """Stop at once: nothing more is yielded, and chunks in flight are cancelled."""
+        self._items = iter(())
         self._chunks.close()
 
 
@@ -104,13 +114,65 @@ def _worker_name(outcome: ChunkOutcome, isolated: bool) -> str:
 
 
 def _task_error(f: ItemFailure) -> TaskError:
-    return TaskError(
+    error = TaskError(
         f.message,
         index=f.index,
         item_repr=f.item_repr,
         remote_traceback=f.traceback,
         exc_type=f.exc_type,
     )
+    error.exception = f.exception
+    return error
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    if hasattr(exc, "add_note"):  # Python >= 3.11 (PEP 678)
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+
+
+def user_error(f: ItemFailure, isolated: bool) -> BaseException:
+    """The exception to raise for a failed item: the user's own, of its own type, with
+    the item attached (``paralela_index``, ``paralela_item_repr`` and a note) and, from
+    another process, the remote traceback as its ``__cause__``. A :class:`TaskError`
+    when it could not be rebuilt here, or is not an ``Exception`` (a ``KeyboardInterrupt``
+    or ``SystemExit`` raised by the function must not pass for a Ctrl-C or an exit)."""
+    exc = f.exception
+    if not isinstance(exc, Exception) or isinstance(exc, TaskError):
+        return _task_error(f)
+    try:
+        exc.paralela_index = f.index  # type: ignore[attr-defined]
+        exc.paralela_item_repr = f.item_repr  # type: ignore[attr-defined]
+    except Exception:  # an exception type that refuses attributes
+        return _task_error(f)
+    _add_note(exc, f"paralela: raised by fn on item {f.index} ({f.item_repr})")
+    if isolated and exc.__cause__ is None:
+        exc.__cause__ = RemoteTraceback(f.traceback)
+    return exc
+
+
+def failure_record(exc: BaseException) -> ItemFailure | None:
+    """The item failure that :func:`user_error` raised as ``exc`` (``None``: not one)."""
+    if isinstance(exc, TaskError):
+        if exc.index is None:
+            return None
+        return ItemFailure(
+            exc.index, exc.exc_type, str(exc.args[0]), exc.item_repr, exc.remote_traceback,
+            exc.exception,
+        )  # fmt: skip
+    index = getattr(exc, "paralela_index", None)
+    if not isinstance(index, int):
+        return None
+    cause = exc.__cause__
+    tb = cause.tb if isinstance(cause, RemoteTraceback) else ""
+    kind = f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins.")
+    item = str(getattr(exc, "paralela_item_repr", ""))
+    return ItemFailure(index, kind, str(exc), item, tb or repr(exc), exc)
+
+
+def _raise(exc: BaseException) -> NoReturn:
+    raise exc from exc.__cause__
 
 
 def _chunk_error(chunk: _Chunk, exc: BaseException) -> TaskError:
@@ -153,6 +215,15 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
     ``itertools.chain``): a Python-level yield per item cost more than the whole
     parallel overhead budget on trivial items.
     """
+    with using(plan.backend):
+        try:
+            yield from _run(plan, summary)
+        finally:
+            if plan.owns_backend:
+                plan.backend.shutdown(wait=False, cancel_futures=True)
+
+
+def _run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
     backend = plan.backend
     isolated = backend.capabilities.isolated
     job_ref = Broadcast(plan.job)
@@ -171,23 +242,36 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
     next_index = 0
     next_yield = 0
     exhausted = False
+    # The input generator's own exception, raised once every item before it is through.
+    source_error: Exception | None = None
+    # on_error="raise": the first failed item's position and the exception to raise.
+    stop_at: int | None = None
+    stop_error: BaseException | None = None
     record = record_timings()
     t0 = time.perf_counter()
+
+    def read(n: int) -> list[Any]:
+        nonlocal source_error
+        try:
+            return list(itertools.islice(source, n))
+        except Exception as exc:  # raised by the input generator: the items before it count
+            source_error = exc
+            return []
 
     def take(n: int) -> Sequence[Any]:
         if sliceable is not None:
             return sliceable[next_index : next_index + n]
         got = peeked[:n]
         del peeked[:n]
-        if len(got) < n:
-            got.extend(itertools.islice(source, n - len(got)))
+        if len(got) < n and source_error is None:
+            got.extend(read(n - len(got)))
         return got
 
     def peek() -> Any:
         if sliceable is not None:
             return sliceable[next_index] if next_index < len(sliceable) else None
-        if not peeked:
-            peeked.extend(itertools.islice(source, 1))
+        if not peeked and source_error is None:
+            peeked.extend(read(1))
         return peeked[0] if peeked else None
 
     def resume_chunk(start: int) -> None:
@@ -230,6 +314,20 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
             inflight[_submit(plan, job_ref, chunk)] = chunk
         backend.flush()  # backends that group submissions (Slurm arrays) send them now
 
+    def stop_after(index: int, error: BaseException) -> None:
+        """Ordered results with on_error="raise": keep what comes before ``index``,
+        cancel the rest, raise ``error`` once the results before it are out."""
+        nonlocal stop_at, stop_error, exhausted
+        if stop_at is not None and stop_at <= index:
+            return
+        stop_at, stop_error, exhausted = index, error, True
+        beyond = [f for f, c in inflight.items() if c.start >= index]
+        for future in beyond:
+            del inflight[future]
+        backend.cancel(beyond)
+        for start in [s for s in ready if s >= index]:
+            del ready[start]
+
     def accept(chunk: _Chunk, outcome: ChunkOutcome) -> None:
         n = len(chunk.items)
         plan.chunker.observe(n, outcome.finished - outcome.started)
@@ -250,7 +348,15 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
         if outcome.failures:
             summary.failures += len(outcome.failures)
             if plan.job.stop_at_first_error:
-                raise _task_error(outcome.failures[0])
+                first = outcome.failures[0]
+                error = user_error(first, isolated)
+                if not plan.ordered:
+                    _raise(error)
+                before = first.index - chunk.start
+                stop_after(first.index, error)
+                ready[chunk.start] = (first.index, outcome.results[:before])
+                plan.progress.advance(before)
+                return
             failures.extend(_task_error(f) for f in outcome.failures)
         elif plan.store is not None and not outcome.stored:
             plan.store.write(
@@ -270,6 +376,21 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
             )
         ready[chunk.start] = (chunk.end, outcome.results)
         plan.progress.advance(n)
+
+    def result_not_rebuilt(chunk: _Chunk, exc: UnpicklableError) -> None:
+        """A chunk's results came back but cannot be rebuilt here: run its items one
+        chunk each, so that the item at fault is named and the others are kept."""
+        if len(chunk.items) > 1:
+            for offset, item in enumerate(chunk.items):
+                single = _Chunk(chunk.start + offset, [item], chunk.attempts)
+                inflight[_submit(plan, job_ref, single)] = single
+            return
+        message = str(exc).replace("A task's result", f"The result of item {chunk.start}", 1)
+        failure = ItemFailure(
+            chunk.start, "UnpicklableResult", message, short_repr(chunk.items[0]), message
+        )
+        now = time.time()
+        accept(chunk, ChunkOutcome([None], [failure], now, now, 0, "", 0))
 
     def collect(future: Future[ChunkOutcome]) -> None:
         chunk = inflight.pop(future)
@@ -292,6 +413,9 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
             summary.retries += 1
             inflight[_submit(plan, job_ref, chunk)] = chunk
             return
+        except UnpicklableError as exc:
+            result_not_rebuilt(chunk, exc)
+            return
         except (TaskError, MapError):
             raise
         except Exception as exc:
@@ -305,13 +429,16 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
                 while next_yield in ready:
                     end, results = ready.pop(next_yield)
                     next_yield = end
-                    summary.items += len(results)
-                    yield results
+                    if results:
+                        summary.items += len(results)
+                        yield results
             else:
                 for start in list(ready):
                     _, results = ready.pop(start)
                     summary.items += len(results)
                     yield results
+            if stop_error is not None and stop_at is not None and next_yield >= stop_at:
+                _raise(stop_error)
             fill()
             if not inflight:
                 if ready or not exhausted:
@@ -319,16 +446,21 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
                 break
             done, _ = wait(inflight, return_when=FIRST_COMPLETED)
             for future in done:
-                collect(future)
+                if future in inflight:  # a stop may have dropped it meanwhile
+                    collect(future)
             fill()
+        if stop_error is not None:
+            _raise(stop_error)
+        if source_error is not None:
+            raise source_error
         if plan.packed and plan.store is not None:
             remove_finished_pieces(plan.store)
         if failures:
             failures.sort(key=lambda e: e.index if e.index is not None else -1)
             raise MapError(failures, [], summary)
     finally:
-        for future in inflight:
-            future.cancel()
+        if inflight:  # stopped early: nothing more starts, running chunks are stopped
+            backend.cancel(list(inflight))
         backend.forget(job_ref)
         plan.progress.close()
         summary.finish(time.perf_counter() - t0)

@@ -91,13 +91,13 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
 
     Raises:
         WorkerDiedError: a local worker died more often than the inner retries allow.
-        TaskError: the initializer failed.
+        TaskError: the initializer failed (an item's failure is in the outcome).
     """
     from paralela.backends import Backend
     from paralela.backends._processes import ProcessBackend
     from paralela.backends._threads import ThreadBackend
     from paralela.mapping._chunking import AutoChunker
-    from paralela.mapping._engine import Plan, run
+    from paralela.mapping._engine import Plan, failure_record, run
     from paralela.mapping._progress import NullProgress
     from paralela.mapping._summary import MapSummary
     from paralela.runs import RunStore, StoredChunk
@@ -138,12 +138,13 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
     try:
         for piece in run(plan, MapSummary()):
             results.extend(piece)
-    except TaskError as exc:
-        if exc.index is None:
-            raise
-        failures.append(_shifted(exc, start))
     except MapError as exc:
         failures.extend(_shifted(f, start) for f in exc.failures if f.index is not None)
+    except Exception as exc:  # on_error="raise": the item's own exception, or a TaskError
+        failure = failure_record(exc)
+        if failure is None:
+            raise
+        failures.append(replace(failure, index=start + failure.index))
     finally:
         local.shutdown(wait=False, cancel_futures=True)
     finished = time.time()
@@ -186,4 +187,5 @@ def _shifted(exc: TaskError, start: int) -> ItemFailure:
         message=str(exc.args[0]),
         item_repr=exc.item_repr,
         traceback=exc.remote_traceback,
+        exception=exc.exception,
     )

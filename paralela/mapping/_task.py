@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from paralela.backends._interrupt import real_interrupt
 
 __all__ = ["ChunkOutcome", "ItemFailure", "Job", "run_chunk", "short_repr"]
 
@@ -27,13 +30,58 @@ def short_repr(obj: Any, limit: int = 120) -> str:
 
 @dataclass(frozen=True)
 class ItemFailure:
-    """An exception raised by the user's function on one item, as seen in the worker."""
+    """An exception raised by the user's function on one item, as seen in the worker.
+
+    ``exception`` is the exception itself: the very object on in-process backends, a
+    copy rebuilt from its pickle on process backends, or ``None`` when it cannot be
+    pickled or rebuilt (then only its type name, message and traceback text travel).
+    """
 
     index: int
     exc_type: str
     message: str
     item_repr: str
     traceback: str
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_failure,
+            (
+                self.index,
+                self.exc_type,
+                self.message,
+                self.item_repr,
+                self.traceback,
+                _exception_bytes(self.exception),
+            ),
+        )
+
+
+def _exception_bytes(exc: BaseException | None) -> bytes | None:
+    """The pickle of ``exc`` when it can be rebuilt from it, else ``None``."""
+    if exc is None:
+        return None
+    from paralela.backends._wire import dumps
+
+    try:
+        data = dumps(exc)
+        pickle.loads(data)  # some exceptions pickle but cannot be rebuilt
+    except BaseException:  # a broken __reduce__ may raise anything
+        return None
+    return data
+
+
+def _rebuild_failure(
+    index: int, exc_type: str, message: str, item_repr: str, tb: str, data: bytes | None
+) -> ItemFailure:
+    exception: BaseException | None = None
+    if data is not None:
+        try:
+            exception = pickle.loads(data)
+        except BaseException:  # its class may not import in this process
+            exception = None
+    return ItemFailure(index, exc_type, message, item_repr, tb, exception)
 
 
 @dataclass(frozen=True)
@@ -52,6 +100,31 @@ class ChunkOutcome:
     host: str
     thread: int
     stored: bool = False
+    first_index: int = 0  # the input position of ``results[0]``
+
+    def __paralela_unpicklable__(self, error: Exception) -> ChunkOutcome:
+        """The outcome to send when this one cannot be pickled (the worker asks): each
+        result that cannot be pickled becomes a failure of its item, naming it."""
+        from paralela.backends._wire import dumps
+
+        results = list(self.results)
+        failures = list(self.failures)
+        for offset, result in enumerate(results):
+            try:
+                dumps(result)
+            except Exception as exc:
+                index = self.first_index + offset
+                message = (
+                    f"the result of item {index} ({short_repr(result)}) cannot be sent back "
+                    f"from the worker: {type(exc).__name__}: {exc}. Return plain data "
+                    "(numbers, strings, lists, dicts, arrays), or use backend='threads'."
+                )
+                failures.append(
+                    ItemFailure(index, "UnpicklableResult", message, short_repr(result), message)
+                )
+                results[offset] = None
+        failures.sort(key=lambda f: f.index)
+        return replace(self, results=results, failures=failures)
 
 
 class Job:
@@ -100,15 +173,18 @@ def _failure(index: int, item: Any, exc: BaseException) -> ItemFailure:
         message=str(exc),
         item_repr=short_repr(item),
         traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        exception=exc,
     )
 
 
 def run_chunk(job: Job, start: int, items: Sequence[Any]) -> ChunkOutcome:
     """Apply ``job.fn`` to ``items`` (input positions ``start``, ``start + 1``...).
 
-    An exception is caught per item: the chunk stops there when the run stops at the
-    first error, else it goes on with the next item. The initializer's own exception
-    propagates (the whole chunk fails).
+    An exception is caught per item, ``KeyboardInterrupt`` and ``SystemExit`` raised by
+    the function included (they are that item's failure, not a Ctrl-C or an exit of the
+    worker): the chunk stops there when the run stops at the first error, else it goes
+    on with the next item. The initializer's own exception propagates (the whole chunk
+    fails).
     """
     job.ensure_initialized()
     fn = job.fn
@@ -128,7 +204,9 @@ def run_chunk(job: Job, start: int, items: Sequence[Any]) -> ChunkOutcome:
                 for item in items[position:] if position else items:
                     append(fn(item, shared))
             break
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt) and real_interrupt():
+                raise  # a real Ctrl-C (sequential backend, main thread) stops the map
             offset = len(results)
             failures.append(_failure(start + offset, items[offset], exc))
             append(None)
@@ -137,5 +215,12 @@ def run_chunk(job: Job, start: int, items: Sequence[Any]) -> ChunkOutcome:
             position = offset + 1
     finished = time.time()
     return ChunkOutcome(
-        results, failures, started, finished, os.getpid(), _HOST, threading.get_ident()
+        results,
+        failures,
+        started,
+        finished,
+        os.getpid(),
+        _HOST,
+        threading.get_ident(),
+        first_index=start,
     )
