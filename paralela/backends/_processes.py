@@ -419,7 +419,7 @@ class ProcessBackend(Backend):
         self._startup_deaths = 0
         try:
             message = loads(data)
-        except Exception as load_error:  # e.g. the result's class does not import here
+        except BaseException as load_error:  # e.g. the result's class does not import here
             if not task.future.done():
                 task.future.set_exception(
                     UnpicklableError(
@@ -440,7 +440,7 @@ class ProcessBackend(Backend):
         exc: BaseException
         try:
             exc = loads(exc_bytes) if exc_bytes is not None else ParalelaError(f"{kind}: {text}")
-        except Exception:
+        except BaseException:
             exc = ParalelaError(f"{kind}: {text}")
         exc.__cause__ = RemoteTraceback(tb)
         task.future.set_exception(exc)

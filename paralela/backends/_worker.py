@@ -41,10 +41,23 @@ from typing import Any
 from paralela.backends._context import mark_process_worker
 from paralela.backends._wire import ArenaView, dumps, loads
 
-__all__ = ["CANCEL_TAG", "BroadcastRef", "kill_descendants", "main", "worker_main"]
+__all__ = [
+    "CANCEL_TAG",
+    "BroadcastRef",
+    "TaskLoadError",
+    "kill_descendants",
+    "main",
+    "worker_main",
+]
 
 # First byte of a cancel message (pickles start with the PROTO opcode, 0x80).
 CANCEL_TAG = b"C"
+
+
+class TaskLoadError(Exception):
+    """A task reached its worker but could not be unpickled there (whatever the
+    unpickling raised, ``SystemExit`` and ``KeyboardInterrupt`` included): the task
+    never ran. Its message holds the original error and its traceback."""
 
 
 class BroadcastRef:
@@ -107,6 +120,10 @@ def _error_reply(task_id: int, exc: BaseException) -> bytes:
     return dumps(("err", task_id, exc_bytes, tb, kind, str(exc)))
 
 
+def _format(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
 def _ok_reply(task_id: int, result: Any) -> bytes:
     try:
         return dumps(("ok", task_id, result))
@@ -167,7 +184,10 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
             continue
         try:
             buffers = arenas[slot].views(layout) if layout else None
-            fn, args, kwargs = loads(payload, buffers)
+            try:
+                fn, args, kwargs = loads(payload, buffers)
+            except BaseException as exc:  # a bad __setstate__ may raise anything
+                raise TaskLoadError(_format(exc)) from None
             args = tuple(refs[a.id] if isinstance(a, BroadcastRef) else a for a in args)
             result = fn(*args, **kwargs)
             del fn, args, kwargs, buffers

@@ -59,7 +59,9 @@ def imap(
 
     The input is read lazily and at most a few chunks per worker are in flight, so a
     generator of any length runs in bounded memory. The iterator's ``summary`` fills
-    in as it runs. Leaving the loop early (or ``close()``) cancels chunks not started.
+    in as it runs. Leaving the loop early (or ``close()``) cancels the chunks in flight.
+    With ordered results, a failing item (or a failing input generator) first lets
+    every result before it through, then raises.
     With ``on_error="collect"`` a failed item yields ``None`` and :class:`MapError`
     is raised once the input is done. On a backend that packs tasks (Slurm) a generator
     is read into a list first: the number of items decides the size of the chunks.
@@ -193,11 +195,13 @@ def map(
         initializer: called as ``initializer(*initargs)`` once in each worker before its
             first item (load a model, open a database).
         shared: a read-only object sent once to each worker (not once per item).
-        on_error: ``"raise"`` stops at the first exception in ``fn`` and raises
-            :class:`~paralela.errors.TaskError` (with the remote traceback, the item's
-            index and repr); ``"collect"`` finishes the input, then raises
-            :class:`~paralela.errors.MapError` with every failure and the results
-            (``None`` where an item failed).
+        on_error: ``"raise"`` stops at the first exception in ``fn`` and re-raises it
+            as its own type, with ``paralela_index``, ``paralela_item_repr``, a note and
+            (from a worker process) the remote traceback as ``__cause__``;
+            :class:`~paralela.errors.TaskError` when it cannot be rebuilt here or is a
+            ``KeyboardInterrupt``/``SystemExit`` raised by ``fn``. ``"collect"``
+            finishes the input, then raises :class:`~paralela.errors.MapError` with
+            every failure and the results (``None`` where an item failed).
         retries: how many times a chunk is run again when its worker dies (killed,
             crashed, out of memory) before :class:`~paralela.errors.WorkerDiedError`.
         run_dir: a directory that keeps finished chunks; running again with the same
@@ -218,8 +222,10 @@ def map(
         UnpicklableError: ``fn``, ``shared``, the initializer or an item cannot reach a
             worker process; raised before that work starts.
 
-    On KeyboardInterrupt the chunks not yet started are cancelled; finished chunks are
-    already in ``run_dir``.
+    On KeyboardInterrupt (or any early stop) the chunks in flight are cancelled: none
+    starts any more, and workers running them are killed with the processes they
+    started (``processes`` backend); finished chunks are already in ``run_dir``.
+    Inside a worker of another map, the default backend is ``"sequential"``.
     """
     iterator: MapIterator[R] = imap(
         fn,

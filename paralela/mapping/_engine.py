@@ -30,6 +30,7 @@ from typing import Any, Generic, NoReturn, TypeVar
 
 from paralela.backends import Backend, Broadcast, using
 from paralela.backends._processes import RemoteTraceback
+from paralela.backends._worker import TaskLoadError
 from paralela.errors import (
     FingerprintMismatchError,
     MapError,
@@ -180,7 +181,7 @@ def _chunk_error(chunk: _Chunk, exc: BaseException) -> TaskError:
     tb = cause.tb if isinstance(cause, RemoteTraceback) else ""
     return TaskError(
         f"the chunk of items {chunk.start}..{chunk.end - 1} failed outside the function "
-        f"(in the initializer or while loading the chunk): {exc}",
+        f"(in the initializer): {type(exc).__name__}: {exc}",
         index=None,
         item_repr="",
         remote_traceback=tb or repr(exc),
@@ -377,25 +378,35 @@ def _run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
         ready[chunk.start] = (chunk.end, outcome.results)
         plan.progress.advance(n)
 
-    def result_not_rebuilt(chunk: _Chunk, exc: UnpicklableError) -> None:
-        """A chunk's results came back but cannot be rebuilt here: run its items one
-        chunk each, so that the item at fault is named and the others are kept."""
+    def item_at_fault(chunk: _Chunk, exc: Exception) -> None:
+        """A chunk's items could not be loaded in the worker, or its results cannot be
+        rebuilt here: run its items one chunk each, so that the item at fault is named
+        (and fails like any other) while the others are kept."""
         if len(chunk.items) > 1:
             for offset, item in enumerate(chunk.items):
                 single = _Chunk(chunk.start + offset, [item], chunk.attempts)
                 inflight[_submit(plan, job_ref, single)] = single
             return
-        message = str(exc).replace("A task's result", f"The result of item {chunk.start}", 1)
-        failure = ItemFailure(
-            chunk.start, "UnpicklableResult", message, short_repr(chunk.items[0]), message
-        )
+        if isinstance(exc, TaskLoadError):
+            kind = "UnpicklableItem"
+            message = f"item {chunk.start} could not be unpickled in the worker:\n{exc}"
+        else:
+            kind = "UnpicklableResult"
+            message = str(exc).replace("A task's result", f"The result of item {chunk.start}")
+        failure = ItemFailure(chunk.start, kind, message, short_repr(chunk.items[0]), message)
         now = time.time()
         accept(chunk, ChunkOutcome([None], [failure], now, now, 0, "", 0))
 
     def collect(future: Future[ChunkOutcome]) -> None:
         chunk = inflight.pop(future)
+        # Read the error off the future rather than catching what result() raises: a
+        # KeyboardInterrupt or SystemExit that came back from a worker is data, not ours.
+        error = future.exception()
+        if error is None:
+            accept(chunk, future.result())
+            return
         try:
-            outcome = future.result()
+            raise error
         except WorkerDiedError as died:
             chunk.attempts += died.attempts - 1  # the backend may have retried already
             if chunk.attempts > plan.retries:
@@ -413,14 +424,12 @@ def _run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
             summary.retries += 1
             inflight[_submit(plan, job_ref, chunk)] = chunk
             return
-        except UnpicklableError as exc:
-            result_not_rebuilt(chunk, exc)
-            return
+        except (UnpicklableError, TaskLoadError) as exc:
+            item_at_fault(chunk, exc)
         except (TaskError, MapError):
             raise
-        except Exception as exc:
+        except BaseException as exc:
             raise _chunk_error(chunk, exc) from exc
-        accept(chunk, outcome)
 
     try:
         fill()
