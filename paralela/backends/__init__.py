@@ -8,7 +8,9 @@ Reuse rule for the local pools (``processes``, ``threads``): one shared pool per
 A call that asks for another worker count gets a new pool, and the old one is stopped
 as soon as no run uses it (:func:`using` marks a run); a pool with more workers than
 this process's CPUs is stopped when its last run ends. So idle workers never outnumber
-the CPUs, however many worker counts one program asks for.
+the CPUs, however many worker counts one program asks for. Inside
+:func:`keeping_pools` (``paralela scale`` measuring several worker counts in turn)
+every pool is kept warm until the block ends.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "available_backends",
     "discard_backend",
     "get_backend",
+    "keeping_pools",
     "make_backend",
     "register_backend",
     "shutdown_shared_backends",
@@ -79,6 +82,7 @@ _POOLS = LOCAL_POOLS
 _shared: dict[tuple[str, int | None, str], Backend] = {}
 _shared_lock = threading.Lock()
 _runs: dict[int, int] = {}  # id(backend) -> runs using it now
+_keeping = 0  # keeping_pools() blocks open
 
 
 def register_backend(
@@ -126,7 +130,7 @@ def get_backend(
             found.shutdown(wait=False, cancel_futures=True)
             found = None
         if found is None:
-            if backend in _POOLS:  # one pool per name: the idle ones of other sizes go
+            if backend in _POOLS and not _keeping:  # one pool per name: idle others go
                 for other_key, other in list(_shared.items()):
                     if other_key[0] == backend and not _runs.get(id(other)):
                         retired.append(_shared.pop(other_key))
@@ -179,7 +183,7 @@ def using(backend: Backend) -> Iterator[Backend]:
             left = _runs.pop(id(backend)) - 1
             if left:
                 _runs[id(backend)] = left
-            else:
+            elif not _keeping:
                 oversized = backend.effective_workers() > _usable_cpus()
                 for key, shared in list(_shared.items()):
                     if shared is backend and key[0] in _POOLS and oversized:
@@ -187,6 +191,31 @@ def using(backend: Backend) -> Iterator[Backend]:
                         retire = True
         if retire:
             backend.shutdown(wait=False, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def keeping_pools() -> Iterator[None]:
+    """Keep every shared pool while the block runs (no reuse rule); when the last such
+    block ends, the pools no run uses are stopped but the newest of each name."""
+    global _keeping
+    with _shared_lock:
+        _keeping += 1
+    try:
+        yield
+    finally:
+        retired: list[Backend] = []
+        with _shared_lock:
+            _keeping -= 1
+            if not _keeping:
+                newest: dict[str, tuple[str, int | None, str]] = {}
+                for key in _shared:
+                    if key[0] in _POOLS:
+                        newest[key[0]] = key  # dicts keep insertion order
+                for key, other in list(_shared.items()):
+                    if key[0] in _POOLS and key != newest[key[0]] and not _runs.get(id(other)):
+                        retired.append(_shared.pop(key))
+        for old in retired:
+            old.shutdown(wait=False, cancel_futures=True)
 
 
 def _usable_cpus() -> int:

@@ -27,6 +27,7 @@ from typing import Any
 
 from paralela._config import config
 from paralela._version import __version__
+from paralela.backends import keeping_pools
 from paralela.errors import ConfigError
 from paralela.scaling._analysis import _oversubscription, analyse
 from paralela.scaling._command import CommandTarget
@@ -286,7 +287,8 @@ def measure(
             runner.workspace = space
             runner.keep = out is not None
             runner.timeout = timeout
-        times, refs = _run_all(runner, plan, say)
+        with keeping_pools():  # each count's pool stays warm between its runs
+            times, refs = _run_all(runner, plan, say)
     result = analyse(
         times,
         weak=weak,
