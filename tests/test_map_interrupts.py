@@ -8,6 +8,7 @@ run directory, the processes still alive.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -51,6 +52,7 @@ PROGRAM = textwrap.dedent(
     if __name__ == "__main__":
         try:
             paralela.map(work, range(8), workers=2, chunksize=1,
+                         backend=os.environ.get("BACKEND", "processes"),
                          run_dir=os.path.join(MARKERS, "run"), progress=False)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
@@ -114,8 +116,25 @@ def test_ctrl_c_stops_a_map_of_long_items_at_once_and_starts_nothing_more(
     assert [p.name for p in (markers / "run" / "chunks").glob("*.pkl")] == [
         "000000000000-000000000001.pkl"
     ]
-    gone, alive = psutil.wait_procs(workers, timeout=5)
+    _gone, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive, f"workers outlived the program: {alive}"
+
+
+def test_a_real_ctrl_c_stops_the_sequential_backend(
+    tmp_path: Path, poll: Callable[..., None]
+) -> None:
+    # In the calling thread a real Ctrl-C must stop the map, not fail an item.
+    process, markers = start_program(tmp_path, BACKEND="sequential")
+    try:
+        poll(lambda: started(markers) >= {0, 1}, timeout=30, what="item 1 to run")
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=LONG_S / 2)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, err
+    assert "interrupted" in out
+    assert started(markers) == {0, 1}
 
 
 def test_resume_after_ctrl_c_keeps_what_finished(tmp_path: Path) -> None:
@@ -177,17 +196,15 @@ def test_processes_started_by_fn_die_with_a_killed_driver(
         poll(lambda: len(list(markers.glob("child-*"))) >= 2, timeout=30, what="children")
         children = [int(p.read_text()) for p in markers.glob("child-*")]
         everyone = descendants_of(process.pid)
-        assert {c for c in children} <= {p.pid for p in everyone}
+        assert set(children) <= {p.pid for p in everyone}
         process.kill()  # SIGKILL: the driver cannot clean up anything itself
         process.communicate(timeout=10)
-        gone, alive = psutil.wait_procs(everyone, timeout=5)
+        _gone, alive = psutil.wait_procs(everyone, timeout=5)
         assert not alive, f"still alive 5 s after the driver was killed: {alive}"
     finally:
         with_pg = process.pid
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(with_pg, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def sigint_disposition_of_a_child(_: int) -> str:
@@ -214,9 +231,7 @@ def raise_base_exception(x: int) -> int:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_keyboard_interrupt_and_system_exit_from_fn_are_item_failures(backend: str) -> None:
     with pytest.raises(MapError) as info:
-        paralela.map(
-            raise_base_exception, range(6), backend=backend, workers=2, on_error="collect"
-        )
+        paralela.map(raise_base_exception, range(6), backend=backend, workers=2, on_error="collect")
     failures = info.value.failures
     assert [(f.index, f.exc_type) for f in failures] == [
         (2, "KeyboardInterrupt"),
@@ -254,3 +269,68 @@ def test_an_item_that_raises_system_exit_when_unpickled_is_that_items_failure() 
     assert failure.exc_type == "UnpicklableItem"
     assert "SystemExit: 7" in str(failure)
     assert info.value.results == [1, 2, None, 4]
+
+
+CLI_TASKS = textwrap.dedent(
+    """
+    import os, time
+
+    def work(x):
+        open(os.path.join(os.environ["MARKERS"], f"started-{x}"), "w").close()
+        if x == 0:
+            return x
+        if x == 1 and os.environ.get("FAIL_ON_1"):
+            raise ValueError("item 1 is bad")
+        time.sleep(LONG_S)
+        return x
+    """
+).replace("LONG_S", str(LONG_S))
+
+
+def start_cli(tmp_path: Path, **env: str) -> tuple[subprocess.Popen[str], Path]:
+    (tmp_path / "tasks.py").write_text(CLI_TASKS)
+    (tmp_path / "items.jsonl").write_text("".join(f"{i}\n" for i in range(8)))
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "paralela", "map", "tasks:work", "--input", "items.jsonl",
+         "--output", "out.jsonl", "--run-dir", "run", "--workers", "2", "--chunksize", "1",
+         "--no-progress"],
+        cwd=tmp_path,
+        env={**os.environ, "MARKERS": str(markers), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    return process, markers
+
+
+def test_ctrl_c_stops_the_map_command_at_once(tmp_path: Path, poll: Callable[..., None]) -> None:
+    process, markers = start_cli(tmp_path)
+    try:
+        poll(lambda: started(markers) >= {0, 1, 2}, timeout=30, what="items 1 and 2 to run")
+        sent = time.monotonic()
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=LONG_S / 2)
+        took = time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, err
+    assert took < 10, f"Ctrl-C took {took:.1f} s to return control"
+    assert "Interrupted." in err
+    assert "Traceback" not in err, err
+    assert started(markers) == {0, 1, 2}
+
+
+def test_the_map_command_exits_right_after_a_failed_item(tmp_path: Path) -> None:
+    process, _markers = start_cli(tmp_path, FAIL_ON_1="1")
+    try:
+        _, err = process.communicate(timeout=LONG_S / 2)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 1, err
+    assert "item 1 is bad" in err
+    assert "Traceback" not in err

@@ -21,6 +21,11 @@ from paralela.errors import ConfigError, MapError, TaskError
 BACKENDS = ["sequential", "threads", "processes"]
 
 
+def drain(iterator: Iterator[int], into: list[int]) -> None:
+    for value in iterator:
+        into.append(value)
+
+
 def fail_at_5_after_slow_start(x: int) -> int:
     if x == 5:
         raise ValueError("five")
@@ -32,19 +37,19 @@ def fail_at_5_after_slow_start(x: int) -> int:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ordered_imap_yields_every_result_before_the_failing_item(backend: str) -> None:
     got: list[int] = []
+    iterator = paralela.imap(
+        fail_at_5_after_slow_start, range(40), backend=backend, workers=2, chunksize=1
+    )
     with pytest.raises(ValueError, match="five"):
-        for value in paralela.imap(
-            fail_at_5_after_slow_start, range(40), backend=backend, workers=2, chunksize=1
-        ):
-            got.append(value)
+        drain(iterator, got)
     assert got == [0, 10, 20, 30, 40]
 
 
 def test_ordered_imap_keeps_the_results_of_the_failing_chunk_before_its_failure() -> None:
     got: list[int] = []
+    iterator = paralela.imap(fail_at_5_after_slow_start, range(12), workers=2, chunksize=4)
     with pytest.raises(ValueError, match="five"):
-        for value in paralela.imap(fail_at_5_after_slow_start, range(12), workers=2, chunksize=4):
-            got.append(value)
+        drain(iterator, got)
     assert got == [0, 10, 20, 30, 40]
 
 
@@ -60,11 +65,11 @@ def breaks_after_seven() -> Iterator[int]:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_imap_yields_what_a_failing_generator_produced_then_raises(backend: str) -> None:
     got: list[int] = []
+    iterator = paralela.imap(
+        times_two, breaks_after_seven(), backend=backend, workers=2, chunksize=2
+    )
     with pytest.raises(OSError, match="the input went away"):
-        for value in paralela.imap(
-            times_two, breaks_after_seven(), backend=backend, workers=2, chunksize=2
-        ):
-            got.append(value)
+        drain(iterator, got)
     assert got == [0, 2, 4, 6, 8, 10, 12]
 
 
