@@ -332,5 +332,7 @@ def test_the_map_command_exits_right_after_a_failed_item(tmp_path: Path) -> None
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 1, err
-    assert "item 1 is bad" in err
-    assert "Traceback" not in err
+    assert "Error: ValueError in item 1 (1): item 1 is bad" in err
+    # The function's remote traceback is shown; nothing of paralela's own frames.
+    assert err.count("Traceback (most recent call last)") == 1, err
+    assert "paralela/cli" not in err

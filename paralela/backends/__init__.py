@@ -236,9 +236,12 @@ def discard_backend(backend: Backend) -> None:
 
 @atexit.register
 def shutdown_shared_backends() -> None:
-    """Stop every shared backend (runs at interpreter exit)."""
+    """Stop every shared backend (runs at interpreter exit). Tasks still running belong
+    to maps that were abandoned (an exception or Ctrl-C between a submit and its
+    bookkeeping): nobody will read them, so they are stopped, not waited for."""
     with _shared_lock:
         backends = list(_shared.values())
         _shared.clear()
     for b in backends:
+        b.terminate()
         b.shutdown(wait=True, cancel_futures=True)

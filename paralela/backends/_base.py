@@ -124,6 +124,11 @@ class Backend(ABC):
         for future in futures:
             future.cancel()
 
+    def terminate(self) -> None:
+        """Stop now, running tasks included, as ``Pool.terminate`` does (interpreter exit:
+        nobody will read their results). The default shuts down without waiting."""
+        self.shutdown(wait=False, cancel_futures=True)
+
     def flush(self) -> None:  # noqa: B027  (optional hook)
         """Start the tasks submitted so far now (backends that group submissions)."""
 

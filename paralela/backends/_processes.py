@@ -256,6 +256,21 @@ class ProcessBackend(Backend):
     def effective_workers(self) -> int:
         return self._n
 
+    def terminate(self) -> None:
+        with self._lock:
+            self._closing = True
+            while self._pending:
+                _cancel_future(self._pending.popleft().future)
+            doomed = []
+            for w in self._workers:
+                for task, _ in w.inflight:
+                    _cancel_future(task.future)
+                if w.inflight:
+                    doomed.append(w.process.pid)
+        for pid in doomed:
+            _kill_tree(pid)
+        self._wake()
+
     def cancel(self, futures: Iterable[Future[Any]]) -> None:
         targets = set(futures)
         if not targets:
