@@ -85,6 +85,13 @@ def start_program(tmp_path: Path, **env: str) -> tuple[subprocess.Popen[str], Pa
     return process, markers
 
 
+def end(process: subprocess.Popen[str]) -> None:
+    """Kill the program's whole process group if it still runs, and close its pipes."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+
+
 def descendants_of(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)
@@ -106,8 +113,7 @@ def test_ctrl_c_stops_a_map_of_long_items_at_once_and_starts_nothing_more(
         out, err = process.communicate(timeout=LONG_S / 2)
         took = time.monotonic() - sent
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        end(process)
     assert process.returncode == 130, err
     assert "interrupted" in out
     assert took < 10, f"Ctrl-C took {took:.1f} s to return control"
@@ -130,8 +136,7 @@ def test_a_real_ctrl_c_stops_the_sequential_backend(
         os.killpg(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=LONG_S / 2)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        end(process)
     assert process.returncode == 130, err
     assert "interrupted" in out
     assert started(markers) == {0, 1}
@@ -148,8 +153,7 @@ def test_resume_after_ctrl_c_keeps_what_finished(tmp_path: Path) -> None:
         os.killpg(process.pid, signal.SIGINT)
         process.communicate(timeout=LONG_S / 2)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        end(process)
     chunk = markers / "run" / "chunks" / "000000000000-000000000001.pkl"
     assert chunk.exists()
     assert process.returncode == 130
@@ -160,8 +164,7 @@ def test_a_failed_item_stops_the_map_at_once_and_the_program_exits(tmp_path: Pat
     try:
         out, err = process.communicate(timeout=LONG_S / 2)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        end(process)
     assert process.returncode == 1, err
     assert "failed: item 1 is bad" in out
     # Only what was already running or queued at the failure ever started.
@@ -202,9 +205,7 @@ def test_processes_started_by_fn_die_with_a_killed_driver(
         _gone, alive = psutil.wait_procs(everyone, timeout=5)
         assert not alive, f"still alive 5 s after the driver was killed: {alive}"
     finally:
-        with_pg = process.pid
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(with_pg, signal.SIGKILL)
+        end(process)
 
 
 def sigint_disposition_of_a_child(_: int) -> str:
@@ -315,8 +316,7 @@ def test_ctrl_c_stops_the_map_command_at_once(tmp_path: Path, poll: Callable[...
         _, err = process.communicate(timeout=LONG_S / 2)
         took = time.monotonic() - sent
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        end(process)
     assert process.returncode == 130, err
     assert took < 10, f"Ctrl-C took {took:.1f} s to return control"
     assert "Interrupted." in err
@@ -329,8 +329,7 @@ def test_the_map_command_exits_right_after_a_failed_item(tmp_path: Path) -> None
     try:
         _, err = process.communicate(timeout=LONG_S / 2)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        end(process)
     assert process.returncode == 1, err
     assert "Error: ValueError in item 1 (1): item 1 is bad" in err
     # The function's remote traceback is shown; nothing of paralela's own frames.

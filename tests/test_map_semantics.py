@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from helpers import children_running
 
 import paralela
 from paralela.backends._context import worker_share
@@ -176,14 +177,7 @@ def test_a_result_that_cannot_be_rebuilt_in_the_driver_is_named_by_item() -> Non
 
 
 def idle_workers() -> list[psutil.Process]:
-    found = []
-    for p in psutil.Process().children():
-        try:
-            if "paralela.backends._worker" in " ".join(p.cmdline()):
-                found.append(p)
-        except psutil.Error:  # exited (a zombie until its pool reaps it)
-            continue
-    return found
+    return children_running("paralela.backends._worker")
 
 
 def test_maps_with_many_worker_counts_leave_at_most_the_cpus_worth_of_idle_workers() -> None:

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import optuna
-import psutil
 import pytest
+from helpers import children_running
 from optuna.trial import TrialState
 from sweep_helpers import (
     RECORD_VARIABLE,
@@ -234,10 +234,7 @@ def test_at_the_timeout_the_waiting_processes_end_unrun(
     unused = [t for t in study.get_trials() if "paralela:unused" in t.system_attrs]
     assert unused  # the trials taken for the waiting processes, given back
     assert all(t.state == TrialState.FAIL for t in unused)
-    gated = [
-        p for p in psutil.Process().children(recursive=True) if ENV_GATE_FD in " ".join(p.cmdline())
-    ]
-    for process in gated:
+    for process in children_running(ENV_GATE_FD):
         poll(lambda pid=process.pid: pid_gone(pid), timeout=10, what="a gated process to end")
 
     again = paralela.sweep(
