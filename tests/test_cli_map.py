@@ -3,6 +3,7 @@ module), and Typer's CliRunner in-process for the cases that start no workers.""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from paralela.cli import app
 TASKS = """
 import os
 import signal
+import sys
 
 def square(x):
     return x * x
@@ -60,6 +62,46 @@ def interrupts_on_3(x):
 def returns_a_set(x):
     return {x}
 
+def nan_on_2(x):
+    with open("calls.log", "a") as log:
+        log.write(f"{x}\\n")
+    return {"loss": float("nan") if x == 2 else x}
+
+def result_of_kind(kind):
+    # A result that strict JSON cannot hold, of the kind the item names.
+    if kind == "nan":
+        return {"loss": float("nan")}
+    if kind == "inf":
+        return [1.0, float("-inf")]
+    if kind == "surrogate":
+        return b"caf\\xe9".decode("utf-8", "surrogateescape")
+    if kind == "deep":
+        value = []
+        for _ in range(100_000):
+            value = [value]
+        return value
+    if kind == "set":
+        return {1}
+    return kind
+
+class Stop(BaseException):
+    pass
+
+def keyboard_interrupt_on_3(x):
+    if x == 3:
+        raise KeyboardInterrupt  # raised by the function: not a Ctrl-C
+    return x
+
+def system_exit_on_3(x):
+    if x == 3:
+        sys.exit(3)
+    return x
+
+def stop_on_3(x):
+    if x == 3:
+        raise Stop("enough")
+    return x
+
 def count_lines(path):
     with open(path) as f:
         return {"lines": sum(1 for _ in f)}
@@ -93,6 +135,15 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 def leftovers(directory: Path) -> list[str]:
     return [p.name for p in directory.iterdir() if ".tmp-" in p.name]
+
+
+def strict_records(data: bytes) -> list[dict[str, Any]]:
+    """The lines of ``data`` as any strict JSON reader sees them: UTF-8, no NaN."""
+
+    def no_constant(name: str) -> Any:
+        raise AssertionError(f"{name} is not JSON")
+
+    return [json.loads(line, parse_constant=no_constant) for line in data.decode().splitlines()]
 
 
 # -- results --------------------------------------------------------------------------
@@ -337,6 +388,65 @@ def test_exit_130_on_ctrl_c_keeps_finished_chunks(workdir: Path) -> None:
     assert (workdir / "run" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("function", "head"),
+    [
+        ("keyboard_interrupt_on_3", "Error: KeyboardInterrupt in item 3 (3)\n"),
+        ("system_exit_on_3", "Error: SystemExit in item 3 (3): 3\n"),
+        ("stop_on_3", "Error: tasks.Stop in item 3 (3): enough\n"),
+    ],
+)
+def test_exit_1_when_the_function_raises_a_base_exception(
+    workdir: Path, function: str, head: str
+) -> None:
+    proc = paralela(workdir, "map", f"tasks:{function}", "-i", "items.jsonl", "-o", "out.jsonl")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith(head), proc.stderr  # no traceback of the command itself
+    assert "Remote traceback" in proc.stderr
+    assert not (workdir / "out.jsonl").exists()
+
+
+def test_stdin_is_decoded_as_strictly_as_a_file(workdir: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "paralela", "map", "tasks:square", "-i", "-", "-o", "out.jsonl"],
+        cwd=workdir,
+        input=b'"ok"\n"caf\xe9"\n',
+        capture_output=True,
+        timeout=60,
+    )
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 2, stderr
+    assert "Error: stdin line 2 is not UTF-8" in stderr
+    assert not (workdir / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("to_stdout", [False, True], ids=["output-file", "stdout"])
+def test_exit_1_on_a_full_disk_keeps_the_results_in_the_run_dir(
+    workdir: Path, to_stdout: bool
+) -> None:
+    args = ["map", "tasks:square", "-i", "items.jsonl", "--run-dir", "run"]
+    with open("/dev/full", "w") as full:  # every write: "No space left on device"
+        proc = subprocess.run(
+            [sys.executable, "-m", "paralela", *args, "-o", "-" if to_stdout else "/dev/full"],
+            cwd=workdir,
+            stdout=full if to_stdout else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 1, proc.stderr
+    where = "standard output" if to_stdout else "--output /dev/full"
+    assert f"Error: Cannot write {where}: No space left on device." in proc.stderr
+    assert "The results are kept in run" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    again = paralela(workdir, *args, "-o", "out.jsonl")
+    assert again.returncode == 0, again.stderr
+    assert "(0 computed, 6 resumed)" in again.stderr
+    assert records(workdir / "out.jsonl") == [
+        {"index": i, "item": i, "result": i * i} for i in range(6)
+    ]
+
+
 def test_exit_2_for_a_module_that_does_not_exist(workdir: Path) -> None:
     proc = paralela(workdir, "map", "no_such_module:f", "-i", "items.jsonl", "-o", "out.jsonl")
     assert proc.returncode == 2
@@ -417,6 +527,184 @@ def test_stdout_gets_nothing_when_a_result_is_not_json(here: Path) -> None:
     assert result.exit_code == 1
     assert result.stdout == ""
     assert "cannot be written as JSON" in result.stderr
+
+
+def test_exit_1_in_process_names_the_item_and_the_functions_frame(here: Path) -> None:
+    result = invoke(
+        "map", "tasks:fails_on_3", "-i", "items.jsonl", "-o", "out.jsonl", "--unordered",
+        "-b", "sequential",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("Error: ValueError in item 3 (3): cannot handle 3\n")
+    assert 'raise ValueError(f"cannot handle {x}")' in result.stderr
+    assert not (here / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("to_collect", [False, True], ids=["raise", "collect"])
+def test_base_exceptions_from_the_function_are_item_failures(here: Path, to_collect: bool) -> None:
+    errors = {}
+    for function, error in [
+        ("keyboard_interrupt_on_3", "KeyboardInterrupt"),
+        ("system_exit_on_3", "SystemExit: 3"),
+        ("stop_on_3", "tasks.Stop: enough"),
+    ]:
+        result = invoke(
+            "map", f"tasks:{function}", "-i", "items.jsonl", "-o", "out.jsonl", "-b",
+            "sequential", "--on-error", "collect" if to_collect else "raise",
+        )  # fmt: skip
+        assert result.exit_code == 1, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        if to_collect:
+            errors[error] = records(here / "out.jsonl")[3]
+            assert "1 of 6 items failed" in result.stderr
+        else:
+            assert result.stderr.startswith(f"Error: {error.split(':')[0]} in item 3 (3)")
+    if to_collect:
+        assert errors == {e: {"index": 3, "item": 3, "error": e} for e in errors}
+
+
+def test_a_result_json_cannot_hold_stops_the_run_when_its_item_finishes(here: Path) -> None:
+    (here / "many.jsonl").write_text("".join(f"{i}\n" for i in range(50)))
+    result = invoke(
+        "map", "tasks:nan_on_2", "-i", "many.jsonl", "-o", "out.jsonl", "-b", "sequential",
+        "--chunksize", "1",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(
+        "Error: The result of item 2 (2) cannot be written as JSON: the result['loss'] is NaN"
+    )
+    assert "--nan-as null" in result.stderr
+    assert len((here / "calls.log").read_text().split()) < 50  # not after all the work
+    assert not (here / "out.jsonl").exists()
+
+
+def test_results_json_cannot_hold_fail_their_items_with_collect(here: Path) -> None:
+    kinds = ["ok", "nan", "inf", "surrogate", "deep", "set", "fine"]
+    (here / "kinds.jsonl").write_text("".join(json.dumps(k) + "\n" for k in kinds))
+    result = invoke(
+        "map", "tasks:result_of_kind", "-i", "kinds.jsonl", "-o", "out.jsonl", "-b", "sequential",
+        "--on-error", "collect",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "5 of 7 items failed" in result.stderr
+    assert "5 failed" in result.stderr  # the summary line counts them
+    got = strict_records((here / "out.jsonl").read_bytes())
+    assert [r["item"] for r in got] == kinds
+    assert [r.get("result") for r in got] == ["ok", None, None, None, None, None, "fine"]
+    errors = {r["item"]: r["error"] for r in got if "error" in r}
+    assert all(e.startswith("UnwritableResult: the result cannot be written as JSON: ")
+               for e in errors.values())  # fmt: skip
+    assert "the result['loss'] is NaN" in errors["nan"]
+    assert "the result[1] is -Infinity" in errors["inf"]
+    assert "lone surrogate" in errors["surrogate"]
+    assert "nests too deeply" in errors["deep"]
+    assert "Object of type set is not JSON serializable" in errors["set"]
+
+
+@pytest.mark.parametrize(
+    ("nan_as", "written"), [("null", None), ("string", "NaN")], ids=["null", "string"]
+)
+def test_nan_as_writes_nan_and_infinity_as_chosen(here: Path, nan_as: str, written: Any) -> None:
+    (here / "nans.jsonl").write_text('"nan"\n"inf"\nNaN\n')
+    result = invoke(
+        "map", "tasks:result_of_kind", "-i", "nans.jsonl", "-o", "out.jsonl", "-b", "sequential",
+        "--nan-as", nan_as,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    minus_inf = None if nan_as == "null" else "-Infinity"
+    assert strict_records((here / "out.jsonl").read_bytes()) == [
+        {"index": 0, "item": "nan", "result": {"loss": written}},
+        {"index": 1, "item": "inf", "result": [1.0, minus_inf]},
+        {"index": 2, "item": written, "result": written},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("NaN", "the item is NaN, which JSON cannot hold"),
+        ('{"x": [1, -Infinity]}', "the item['x'][1] is -Infinity, which JSON cannot hold"),
+        ('"\\udcff"', "the item holds '\\udcff', a lone surrogate"),
+        ("[" * 100_000 + "]" * 100_000, "nests too deeply"),
+    ],
+    ids=["nan", "infinity", "surrogate", "deep"],
+)
+def test_exit_2_for_input_json_cannot_hold_names_the_line(
+    here: Path, line: str, message: str
+) -> None:
+    (here / "bad.jsonl").write_text(f"1\n2\n{line}\n4\n")
+    result = invoke("map", "tasks:square", "-i", "bad.jsonl", "-o", "out.jsonl")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: bad.jsonl line 3 ")
+    assert message in result.stderr
+    assert not (here / "out.jsonl").exists()
+
+
+def test_exit_2_names_the_real_line_of_a_byte_that_is_not_utf8(here: Path) -> None:
+    lines = [f"{i}\n".encode() for i in range(2000)]
+    (here / "bad.jsonl").write_bytes(b"".join([*lines, b'"caf\xe9"\n', b"1\n" * 50]))
+    result = invoke("map", "tasks:square", "-i", "bad.jsonl", "-o", "out.jsonl")
+    assert result.exit_code == 2, result.output
+    assert "Error: bad.jsonl line 2001 is not UTF-8 (byte 0xe9 at byte 5 of the line)" in (
+        result.stderr
+    )
+
+
+def test_exit_2_for_a_file_name_that_is_not_utf8(here: Path) -> None:
+    (here / "data").mkdir()
+    (here / "data" / "a.csv").write_text("row\n")
+    (here / "data" / os.fsdecode(b"caf\xe9.csv")).write_text("row\n")
+    result = invoke("map", "tasks:count_lines", "--glob", "data/*.csv", "-o", "out.jsonl")
+    assert result.exit_code == 2, result.output
+    assert "Error: The name of b'data/caf\\xe9.csv' (from --glob) is not UTF-8" in result.stderr
+    assert not (here / "out.jsonl").exists()
+
+
+def test_a_full_disk_while_writing_the_output_file_keeps_the_old_file(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (here / "out.jsonl").write_text("previous results\n")
+
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    result = invoke(
+        "map", "tasks:square", "-i", "items.jsonl", "-o", "out.jsonl", "-b", "sequential"
+    )
+    assert result.exit_code == 1, result.output
+    assert "Error: Cannot write --output out.jsonl: No space left on device." in result.stderr
+    assert "--run-dir" in result.stderr  # how to keep the results next time
+    assert (here / "out.jsonl").read_text() == "previous results\n"
+    assert leftovers(here) == []
+
+
+def test_exit_1_when_the_run_dir_fills_up_keeps_the_finished_chunks(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from paralela.runs import _store
+
+    real_write = _store.atomic_write
+
+    def fills_up(path: Path, data: bytes) -> None:  # room for the first chunk only
+        if path.parent.name == "chunks" and any(path.parent.glob("*.pkl")):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(path, data)
+
+    monkeypatch.setattr(_store, "atomic_write", fills_up)
+    args = ["map", "tasks:square", "-i", "items.jsonl", "-o", "out.jsonl", "-b", "sequential",
+            "--chunksize", "1", "--run-dir", "run"]  # fmt: skip
+    result = invoke(*args)
+    assert result.exit_code == 1, result.output
+    assert "Error: Cannot write to --run-dir run: No space left on device." in result.stderr
+    assert "Finished chunks are kept in run" in result.stderr
+    assert len(list((here / "run" / "chunks").glob("*.pkl"))) == 1
+    assert not (here / "out.jsonl").exists()
+
+    monkeypatch.setattr(_store, "atomic_write", real_write)  # space again
+    again = invoke(*args)
+    assert again.exit_code == 0, again.output
+    assert "(5 computed, 1 resumed)" in again.stderr
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 EXIT_OK = 0
-EXIT_FAILED = 1  # the user's function raised (or some items failed, with collect)
+EXIT_FAILED = 1  # the function raised (or items failed, with collect); results unwritable
 EXIT_USAGE = 2  # bad arguments or input: fix the command line (same code as Click's)
 EXIT_WORKER_DIED = 3  # a worker died (killed, crashed, out of memory) too often
 EXIT_RUN_DIR = 4  # the run directory belongs to another computation
@@ -42,7 +42,8 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 the function raised, or some items failed with "
-    "--on-error collect; 2 bad usage or input; 3 a worker died more often than "
+    "--on-error collect, or the results could not be written (a result JSON cannot "
+    "hold, a full disk); 2 bad usage or input; 3 a worker died more often than "
     "--retries allows; 4 the run directory belongs to another computation; "
     "130 interrupted."
 )
