@@ -67,7 +67,7 @@ def _target(args: list[str]) -> Any:
             EXIT_USAGE,
         )
     if len(args) == 1 and _FUNCTION.match(args[0]):
-        from paralela.cli._map import load_function
+        from paralela.cli._load import load_function
 
         return load_function(args[0])
     return args

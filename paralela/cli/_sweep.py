@@ -188,7 +188,7 @@ def sweep(
         backend_options = trial_job_options(ctx.params)
     objective: object
     if function is not None:
-        from paralela.cli._map import load_function
+        from paralela.cli._load import load_function
 
         objective = load_function(function)
     elif command:

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m paralela.sweeping._function_trial MODULE:FUNC", file=sys.stderr)
         return 2
-    from paralela.cli._map import load_function
+    from paralela.cli._load import load_function
 
     objective = load_function(args[0])
     result = objective(current_params())
