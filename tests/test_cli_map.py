@@ -769,3 +769,20 @@ def test_workers_below_one_is_a_usage_error(here: Path) -> None:
     result = invoke("map", "tasks:square", "-i", "items.jsonl", "-o", "o.jsonl", "-w", "0")
     assert result.exit_code == 2
     assert "--workers" in result.output
+
+
+def test_fingerprint_resumes_a_run_dir_after_an_edit_the_user_vouches_for(workdir: Path) -> None:
+    args = ("map", "tasks:square", "-i", "items.jsonl", "-o", "out.jsonl", "--run-dir", "run")
+    assert paralela(workdir, *args, "--fingerprint", "v1").returncode == 0
+    tasks = workdir / "tasks.py"
+    edited = tasks.read_text().replace(
+        "def square(x):\n    return x * x", "def square(x):\n    return x**2"
+    )
+    tasks.write_text(edited)
+    unvouched = paralela(workdir, *args)
+    assert unvouched.returncode == 4, unvouched.stderr  # the edit is seen
+    resumed = paralela(workdir, *args, "--fingerprint", "v1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "6 resumed" in resumed.stderr
+    other = paralela(workdir, *args, "--fingerprint", "v2")
+    assert other.returncode == 4, other.stderr

@@ -3,16 +3,18 @@ several processes writing one directory; then resuming ``map`` through it."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -223,6 +225,117 @@ def test_a_foreign_pickle_is_refused(tmp_path: Path) -> None:
     (record,) = store.finished().values()
     with pytest.raises(RunStoreError, match="not a paralela chunk file"):
         store.load(record)
+
+
+def test_a_chunk_with_fewer_results_than_its_range_names_the_file(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    paralela.map(_triple, range(20), workers=2, chunksize=5, run_dir=run_dir)
+    damaged = run_dir / "chunks" / "000000000005-000000000010.pkl"
+    stored = pickle.loads(damaged.read_bytes())
+    damaged.write_bytes(pickle.dumps(StoredChunk(5, 10, stored.input_digest, [15, 18, 21], {})))
+    with pytest.raises(RunStoreError) as info:  # was 18 results for 20 items, shifted
+        paralela.map(_triple, range(20), workers=2, chunksize=5, run_dir=run_dir)
+    assert type(info.value) is RunStoreError
+    assert str(damaged) in str(info.value)
+    assert "holds 3 results for the 5 items 5..9" in str(info.value)
+    assert "Delete that file and run again" in str(info.value)
+
+
+def test_a_chunk_whose_range_differs_from_its_name_names_the_file(tmp_path: Path) -> None:
+    store = store_at(tmp_path)
+    (store.chunks_dir / "000000000000-000000000005.pkl").write_bytes(pickle.dumps(chunk(5, 10)))
+    (record,) = store.finished().values()
+    with pytest.raises(RunStoreError, match=r"000000000000-000000000005\.pkl holds items 5\.\.9"):
+        store.load(record)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[]", '"f1"', '{"format": 1}', '{"identity": "f1"}', '{"identity": {"function": 3}}'],
+)
+def test_a_manifest_of_the_wrong_shape_names_the_file(tmp_path: Path, text: str) -> None:
+    (tmp_path / "chunks").mkdir()
+    (tmp_path / "manifest.json").write_text(text)
+    with pytest.raises(RunStoreError) as info:
+        store_at(tmp_path)
+    assert type(info.value) is RunStoreError
+    assert f"{tmp_path / 'manifest.json'} is not a paralela run manifest" in str(info.value)
+    assert "Move it away or pass another run_dir=" in str(info.value)
+
+
+# -- read-only media -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def read_only_media(where: Path) -> Iterator[Callable[[], None]]:
+    """A directory at ``where`` and a function that makes it read-only.
+
+    Permission bits do not stop root (as in CI), so there the directory is a tmpfs
+    remounted read-only; otherwise ``chmod a-w`` on everything in it.
+    """
+    where.mkdir()
+    if os.geteuid() != 0:
+
+        def chmod_read_only() -> None:
+            for path in [where, *where.rglob("*")]:
+                path.chmod(path.stat().st_mode & ~0o222)
+
+        try:
+            yield chmod_read_only
+        finally:
+            for path in [where, *where.rglob("*")]:
+                path.chmod(path.stat().st_mode | 0o200)
+        return
+    mount = shutil.which("mount")
+    mounted = (
+        mount is not None
+        and subprocess.run(
+            [mount, "-t", "tmpfs", "-o", "size=16m", "paralela-test", str(where)],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
+    if not mounted:
+        pytest.skip(
+            "running as root, which permission bits do not stop, without the right to "
+            "mount a tmpfs to make read-only"
+        )
+    try:
+        yield lambda: subprocess.run([mount, "-o", "remount,ro", str(where)], check=True)  # type: ignore[list-item]
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+def test_a_finished_run_on_read_only_media_can_be_read_back(tmp_path: Path) -> None:
+    with read_only_media(tmp_path / "media") as make_read_only:
+        run_dir = tmp_path / "media" / "run"
+        first = paralela.map(_triple, range(20), workers=2, chunksize=5, run_dir=run_dir)
+        summary_before = (run_dir / "summary.json").read_bytes()
+        make_read_only()
+        again = paralela.map(_triple, range(20), workers=2, chunksize=5, run_dir=run_dir)
+        assert again == first == [3 * x for x in range(20)]
+        assert (again.summary.computed_items, again.summary.resumed_items) == (0, 20)
+        assert (run_dir / "summary.json").read_bytes() == summary_before  # left as it was
+        with pytest.raises(FingerprintMismatchError):  # still checked, without writing
+            paralela.map(_add_shared, range(20), shared=1, workers=2, run_dir=run_dir)
+
+
+def test_new_results_on_read_only_media_are_a_run_store_error(tmp_path: Path) -> None:
+    with read_only_media(tmp_path / "media") as make_read_only:
+        run_dir = tmp_path / "media" / "run"
+        paralela.map(_triple, range(10), workers=2, chunksize=5, run_dir=run_dir)
+        make_read_only()
+        with pytest.raises(RunStoreError) as info:  # items 10..14 cannot be stored
+            paralela.map(_triple, range(15), workers=2, chunksize=5, run_dir=run_dir)
+        assert type(info.value) is RunStoreError
+        assert f"Cannot write {run_dir / 'chunks'}" in str(info.value)
+        assert "pass a run_dir= on writable storage" in str(info.value)
+        with pytest.raises(RunStoreError, match="Cannot create the run directory"):
+            store_at(tmp_path / "media" / "another")
+
+
+def _triple(x: int) -> int:
+    return 3 * x
 
 
 # -- fingerprints --------------------------------------------------------------------

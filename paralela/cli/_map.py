@@ -225,6 +225,16 @@ def map_command(
             "only what is missing.",
         ),
     ] = None,
+    fingerprint: Annotated[
+        str | None,
+        typer.Option(
+            "--fingerprint",
+            metavar="KEY",
+            help="Your own key for the results in --run-dir, replacing the computed "
+            "fingerprint of the function and what it depends on; the key a fingerprint "
+            "mismatch quotes resumes that directory after an edit that changes no result.",
+        ),
+    ] = None,
     chunksize: Annotated[
         str,
         typer.Option(
@@ -319,6 +329,7 @@ def map_command(
             on_error=on_error.value,
             retries=UNSET if retries is None else retries,
             run_dir=run_dir,
+            fingerprint=fingerprint,
             progress=UNSET if progress is None else progress,
             backend_options=backend_options or None,
         )

@@ -52,6 +52,7 @@ def imap(
     on_error: OnError = "raise",
     retries: int | Any = UNSET,
     run_dir: str | os.PathLike[str] | None = None,
+    fingerprint: str | None = None,
     progress: bool | Any | None = UNSET,
     backend_options: Mapping[str, Any] | None = None,
 ) -> MapIterator[R]:
@@ -112,9 +113,15 @@ def imap(
             items = list(items)
             total = len(items)
         chunker = FixedChunker(_packed_chunk_size(total, backend_obj, chunksize))
+    if fingerprint is not None and (not isinstance(fingerprint, str) or not fingerprint):
+        raise ConfigError(f"fingerprint must be a non-empty string, got {fingerprint!r}.")
+    if fingerprint is not None and run_dir is None:
+        raise ConfigError("fingerprint= names the results kept in a run_dir=; pass run_dir= too.")
     store = None
     if run_dir is not None:
-        identity = {"function": fingerprint_function(fn)}
+        identity = {
+            "function": fingerprint if fingerprint is not None else fingerprint_function(fn)
+        }
         if shared is not UNSET:
             identity["shared"] = fingerprint_object(shared)
         store = RunStore(
@@ -176,6 +183,7 @@ def map(
     on_error: OnError = "raise",
     retries: int | Any = UNSET,
     run_dir: str | os.PathLike[str] | None = None,
+    fingerprint: str | None = None,
     progress: bool | Any | None = UNSET,
     backend_options: Mapping[str, Any] | None = None,
 ) -> Results[R]:
@@ -207,6 +215,13 @@ def map(
         run_dir: a directory that keeps finished chunks; running again with the same
             directory computes only what is missing. A directory made for another
             function or input raises :class:`~paralela.errors.FingerprintMismatchError`.
+        fingerprint: your own key for the results in ``run_dir``, replacing the
+            computed fingerprint of ``fn`` and what it depends on (its helpers and
+            module constants). Change it when results would change, e.g. for what the
+            fingerprint cannot see (files the function reads). Passing the
+            ``fingerprint='...'`` that a ``FingerprintMismatchError`` quotes resumes that
+            directory after an edit that cannot change results; you then answer for
+            mixing results.
         progress: ``True`` shows a progress bar, ``False`` hides it; by default it
             shows on a terminal.
         backend_options: options of a backend given by name, e.g. for ``"slurm"``:
@@ -240,6 +255,7 @@ def map(
         on_error=on_error,
         retries=retries,
         run_dir=run_dir,
+        fingerprint=fingerprint,
         progress=progress,
         backend_options=backend_options,
     )

@@ -12,15 +12,32 @@ Each chunk file is written atomically and names the item range it covers, so sev
 processes (on several hosts) can write to one directory without locks, a crash loses
 nothing that finished, and a chunk finished twice is stored once. Resuming reads the
 finished ranges and computes only the items they do not cover.
+
+Reusing a directory: its ``manifest.json`` holds the ``identity`` it was made for (names
+mapped to digests, e.g. ``{"function": ..., "shared": ...}``). Every key of the old and
+the new identity must have the same digest, else
+:class:`~paralela.errors.FingerprintMismatchError`; nothing else in the manifest is
+compared. For an identity value that is a
+:class:`~paralela.runs._fingerprint.Fingerprint`, the manifest also records its
+``dependencies``, only to name in that error which ones changed.
+
+A directory that cannot be written (read-only media, an archive) is opened for reading
+when its manifest matches: finished chunks are read back, ``summary.json`` is left as it
+is, and storing a new chunk raises :class:`~paralela.errors.RunStoreError` naming it.
+Files of the wrong shape (a manifest without an identity, a chunk whose results do not
+fit its item range) raise :class:`~paralela.errors.RunStoreError` naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import pickle
 import re
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +47,16 @@ from paralela._version import __version__
 from paralela.backends._wire import dumps
 from paralela.errors import FingerprintMismatchError, RunStoreError
 from paralela.runs._atomic import TMP_PREFIX, atomic_write, create_exclusive
+from paralela.runs._fingerprint import Fingerprint, describe_changes
 
 __all__ = ["ChunkRecord", "RunStore", "StoredChunk"]
 
 _CHUNK_NAME = re.compile(r"^(\d{12})-(\d{12})\.pkl$")
 FORMAT = 1
+# Compiled code, so function fingerprints, differ between Python minor versions.
+_PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
+# A directory that may not be written here: read-only media, permissions.
+_CANNOT_WRITE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 @dataclass(frozen=True)
@@ -66,6 +88,11 @@ class RunStore:
             fingerprint. A directory made for another identity raises
             :class:`~paralela.errors.FingerprintMismatchError`.
         describe: extra, informative manifest fields (never compared).
+
+    Raises:
+        RunStoreError: the directory cannot be made, or its manifest is unreadable or
+            not a run manifest.
+        FingerprintMismatchError: the directory was made for another identity.
     """
 
     def __init__(
@@ -73,6 +100,24 @@ class RunStore:
     ):
         self.path = Path(path)
         self.chunks_dir = self.path / "chunks"
+        self.identity = identity
+        existing = self._read_manifest()
+        if existing is None:
+            self._make_directory()
+            existing = self._claim_manifest(describe)
+        if existing is not None:
+            self._check_identity(existing)
+            if not self.chunks_dir.is_dir():  # emptied by hand: nothing finished
+                with contextlib.suppress(OSError):  # read-only: nothing to read back
+                    self.chunks_dir.mkdir()
+        #: The directory cannot be written: finished chunks can still be read back.
+        self.read_only = not os.access(self.path, os.W_OK)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    def _make_directory(self) -> None:
         try:
             self.chunks_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -80,52 +125,124 @@ class RunStore:
                 f"Cannot create the run directory {self.path}: {exc.strerror}. "
                 "Pass a run_dir= you can write to."
             ) from exc
-        self.identity = identity
-        self._claim_manifest(describe)
 
-    @property
-    def manifest_path(self) -> Path:
-        return self.path / "manifest.json"
-
-    def _claim_manifest(self, describe: dict[str, Any]) -> None:
+    def _claim_manifest(self, describe: dict[str, Any]) -> dict[str, Any] | None:
+        """Write the manifest; ``None`` when this call made it, else the one that another
+        process made first."""
         manifest = {
             "format": FORMAT,
             "identity": self.identity,
+            "dependencies": {
+                key: value.dependencies
+                for key, value in self.identity.items()
+                if isinstance(value, Fingerprint)
+            },
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "host": socket.gethostname(),
             "paralela": __version__,
+            "python": _PYTHON,
             **describe,
         }
         data = json.dumps(manifest, indent=2, sort_keys=True).encode()
-        if create_exclusive(self.manifest_path, data):
-            return
         try:
-            existing = json.loads(self.manifest_path.read_text())
+            if create_exclusive(self.manifest_path, data):
+                return None
+        except OSError as exc:
+            raise RunStoreError(
+                f"Cannot create {self.manifest_path}: {exc.strerror}. "
+                "Pass a run_dir= you can write to."
+            ) from exc
+        return self._read_manifest()
+
+    def _read_manifest(self) -> dict[str, Any] | None:
+        """The manifest, checked for shape; ``None`` where there is none yet."""
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except (FileNotFoundError, NotADirectoryError):
+            return None
         except (OSError, ValueError) as exc:
             raise RunStoreError(
                 f"The run directory {self.path} has an unreadable manifest.json ({exc}). "
                 "Move it away or pass another run_dir=."
             ) from exc
-        theirs = existing.get("identity", {})
-        if theirs != self.identity:
-            diffs = [
-                k
-                for k in sorted(set(theirs) | set(self.identity))
-                if theirs.get(k) != self.identity.get(k)
-            ]
-            made_for = existing.get("function_name", "?")
-            raise FingerprintMismatchError(
-                f"The run directory {self.path} holds results of another computation: "
-                f"{', '.join(diffs)} differ (it was made for {made_for}, "
-                f"on {existing.get('created', '?')}). Reusing it would mix results. "
-                "Pass a new run_dir= to start afresh, or delete the directory if its "
-                "results are no longer wanted."
+        identity = manifest.get("identity") if isinstance(manifest, dict) else None
+        if not isinstance(identity, dict) or not all(
+            isinstance(value, str) for value in identity.values()
+        ):
+            found = (
+                f"a JSON {type(manifest).__name__}"
+                if not isinstance(manifest, dict)
+                else "no identity"
+                if identity is None
+                else f"an identity of {json.dumps(identity)[:80]}"
             )
+            raise RunStoreError(
+                f"{self.manifest_path} is not a paralela run manifest: it should be a JSON "
+                "object whose identity maps names to fingerprints, and it holds "
+                f"{found}. Move it away or pass another run_dir=."
+            )
+        return dict(manifest)
+
+    def _check_identity(self, existing: dict[str, Any]) -> None:
+        theirs: dict[str, str] = existing["identity"]
+        if theirs == self.identity:
+            return
+        diffs = [
+            k
+            for k in sorted(set(theirs) | set(self.identity))
+            if theirs.get(k) != self.identity.get(k)
+        ]
+        made_for = existing.get("function_name", "?")
+        details = ""
+        if "function" in diffs:
+            details = self._function_changes(existing)
+            if "function" in theirs:
+                details += (
+                    " If the change cannot alter any result (a comment, a log message), "
+                    f"pass fingerprint={theirs['function']!r} to map or imap to resume "
+                    "with the results already there."
+                )
+        raise FingerprintMismatchError(
+            f"The run directory {self.path} holds results of another computation: "
+            f"{', '.join(diffs)} differ (it was made for {made_for}, "
+            f"on {existing.get('created', '?')}). Reusing it would mix results. "
+            "Pass a new run_dir= to start afresh, or delete the directory if its "
+            f"results are no longer wanted.{details}"
+        )
+
+    def _function_changes(self, existing: dict[str, Any]) -> str:
+        """`` What changed: mathhelp.scale (code).``, as far as the manifests tell."""
+        ours = self.identity.get("function")
+        recorded = existing.get("dependencies")
+        theirs = recorded.get("function") if isinstance(recorded, dict) else None
+        if not isinstance(ours, Fingerprint):
+            return " The fingerprint= given differs from the one the directory was made with."
+        if not isinstance(recorded, dict):
+            return (
+                f" The directory was made by paralela {existing.get('paralela', '?')}, "
+                "which fingerprinted functions otherwise and did not record what they "
+                "depend on."
+            )
+        if not isinstance(theirs, dict):
+            return " The directory was made with a fingerprint= given, not computed."
+        changes = describe_changes(theirs, ours.dependencies)
+        text = f" What changed: {changes}." if changes else ""
+        python = existing.get("python")
+        if isinstance(python, str) and python != _PYTHON:
+            text += (
+                f" It was made with Python {python}, this is {_PYTHON}: compiled code "
+                "differs between Python versions."
+            )
+        return text
 
     def finished(self) -> dict[int, ChunkRecord]:
         """Finished chunks by start index, without overlaps (first written wins)."""
         records = []
-        for entry in os.scandir(self.chunks_dir):
+        try:
+            entries = list(os.scandir(self.chunks_dir))
+        except FileNotFoundError:
+            return {}
+        for entry in entries:
             match = _CHUNK_NAME.match(entry.name)
             if match:
                 start, end = int(match[1]), int(match[2])
@@ -150,16 +267,56 @@ class RunStore:
             ) from exc
         if not isinstance(stored, StoredChunk):
             raise RunStoreError(f"{record.path} is not a paralela chunk file; remove it.")
+        size = record.end - record.start
+        what = f"the {size} items {record.start}..{record.end - 1}"
+        if (stored.start, stored.end) != (record.start, record.end):
+            raise RunStoreError(
+                f"{record.path} holds items {stored.start}..{stored.end - 1}, not {what} "
+                "that its name says: it was renamed or copied over. Delete that file and "
+                "run again: its items will be computed anew."
+            )
+        if not isinstance(stored.results, list) or len(stored.results) != size:
+            count = len(stored.results) if isinstance(stored.results, list) else "no list of"
+            raise RunStoreError(
+                f"{record.path} holds {count} results for {what}: it is damaged or was "
+                "written by other code. Delete that file and run again: its items will be "
+                "computed anew."
+            )
         return stored
 
     def write(self, chunk: StoredChunk) -> None:
+        """Store a finished chunk.
+
+        Raises:
+            RunStoreError: the directory cannot be written here (read-only media,
+                permissions). Other ``OSError`` (a full disk) pass through.
+        """
         name = f"{chunk.start:012d}-{chunk.end:012d}.pkl"
-        atomic_write(self.chunks_dir / name, dumps(chunk))
+        try:
+            atomic_write(self.chunks_dir / name, dumps(chunk))
+        except OSError as exc:
+            if exc.errno not in _CANNOT_WRITE:
+                raise
+            raise RunStoreError(
+                f"Cannot write {self.chunks_dir}: {exc.strerror}. Items "
+                f"{chunk.start}..{chunk.end - 1} were computed but cannot be stored; the "
+                f"chunks already in {self.path} are kept. To compute the rest, pass a "
+                "run_dir= on writable storage (a copy of this one keeps its results)."
+            ) from exc
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write(
-            self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True).encode()
-        )
+        """Write ``summary.json``; skipped where the directory cannot be written (a
+        finished run read back from read-only media: the results carry the summary)."""
+        if self.read_only:
+            return
+        try:
+            atomic_write(
+                self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True).encode()
+            )
+        except OSError as exc:
+            if exc.errno not in _CANNOT_WRITE:
+                raise
+            self.read_only = True
 
     def clean_temporaries(self, older_than: float = 3600.0) -> None:
         """Remove temp files that crashed writers left behind (only old ones: a live
