@@ -6,7 +6,10 @@
                                                                      │
     manager thread: wait(connections, process sentinels, wake pipe) ─┤
       ├─ dispatch: give each worker up to PREFETCH tasks; copy buffers into its arena
-      ├─ receive:  result or remote error ──> future
+      ├─ receive:  result or remote error ──> future; a task that kept arrays of its
+      │            arena leaves it to them: the slot gets a fresh one (_wire.RETIRED_TAG)
+      ├─ idle:     arenas unused for _wire.IDLE_SECONDS shrink to nothing (wait() wakes
+      │            for it only while a large idle arena exists)
       ├─ death:    the running task's future fails with WorkerDiedError (the caller may
                    submit it again); the tasks queued behind it go back to the queue;
                    a fresh worker takes the dead one's place once work waits for it
@@ -31,6 +34,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import CancelledError, Future
 from multiprocessing.connection import Connection, wait
@@ -38,10 +42,12 @@ from typing import Any, ClassVar, TypeVar
 
 from paralela.backends._base import Backend, Broadcast, Capabilities
 from paralela.backends._wire import (
+    RETIRED_TAG,
     Arena,
     dumps,
     dumps_with_buffers,
     loads,
+    shrink_idle,
     zero_copy_available,
 )
 from paralela.backends._worker import CANCEL_TAG, BroadcastRef
@@ -338,7 +344,9 @@ class ProcessBackend(Backend):
                         watch[w.conn] = ("conn", w)
                         if w.sentinel is not None:
                             watch[w.sentinel] = ("dead", w)
-                for ready in wait(list(watch)):
+                    idle = [w.arenas[s] for w in self._workers if w.arenas for s in w.free_slots]
+                    timeout = shrink_idle(idle, time.monotonic())
+                for ready in wait(list(watch), timeout):
                     what, worker = watch[ready]
                     if what == "wake":
                         os.read(self._wake_r, 65536)
@@ -428,6 +436,10 @@ class ProcessBackend(Backend):
         self._complete(worker, message)
 
     def _complete(self, worker: _Worker, data: bytes) -> None:
+        if data[:1] == RETIRED_TAG:  # the task kept arrays: the arena is theirs now
+            worker.arenas[data[1]].close()
+            worker.arenas[data[1]] = Arena()
+            data = data[2:]
         task, slot = worker.inflight.popleft()
         worker.free_slots.append(slot)
         task.buffers = []

@@ -10,12 +10,17 @@ Messages from the driver (pickled tuples):
     ("init", sys_path, argv)                          the driver's import path and sys.argv
                                                       (as multiprocessing's spawn), sent first
     ("task", task_id, payload, arena_slot, layout)   run a task; buffers are in the arena
+                                                      (layout: the arena's fd in the driver,
+                                                      inode, size, and each buffer's span)
     ("ref", ref_id, payload)                          cache a Broadcast value
     ("forget", ref_id)                                drop it
     b"C" + task_id (8 bytes, not a pickle)            cancel a queued task (the reader
                                                       thread notes it; it is never run)
 Replies: ("ok", task_id, result), ("err", task_id, exc_or_None, traceback, type, message),
-or ("cancelled", task_id).
+or ("cancelled", task_id); prefixed with b"R" + slot (``RETIRED_TAG``, not a pickle) when
+the task left objects over its arena behind: the worker leaves the mapping to them and the
+driver gives the slot a fresh arena (see ``_wire``). Files mapped for by-reference arrays
+are let go after ``IDLE_SECONDS`` without messages.
 
 A result that cannot be pickled may offer a picklable replacement: its method
 ``__paralela_unpicklable__(error)`` (the map's chunk outcome names the item at fault).
@@ -39,7 +44,14 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from paralela.backends._context import mark_process_worker
-from paralela.backends._wire import ArenaView, dumps, loads
+from paralela.backends._wire import (
+    IDLE_SECONDS,
+    RETIRED_TAG,
+    ArenaView,
+    dumps,
+    loads,
+    release_files,
+)
 
 __all__ = [
     "CANCEL_TAG",
@@ -134,6 +146,16 @@ def _ok_reply(task_id: int, result: Any) -> bytes:
         return dumps(("ok", task_id, replace(exc)))
 
 
+def _next_message(inbox: queue.SimpleQueue[bytes]) -> bytes:
+    """The next message from the driver; files mapped for by-reference arrays are let go
+    once idle, so that a file deleted after a map is not kept by a pool that lives on."""
+    try:
+        return inbox.get(timeout=IDLE_SECONDS)
+    except queue.Empty:
+        release_files()
+        return inbox.get()
+
+
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, ""))
@@ -165,7 +187,7 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
     refs: dict[int, Any] = {}
 
     while True:
-        message = loads(inbox.get())
+        message = loads(_next_message(inbox))
         kind = message[0]
         if kind == "init":
             sys.path[:] = message[1]
@@ -195,4 +217,7 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
             del result
         except BaseException as exc:  # everything goes back to the driver
             reply = _error_reply(task_id, exc)
+        fn = args = kwargs = buffers = result = None  # the task's own references go,
+        if layout and arenas[slot].retire_if_kept():  # then: did fn keep an array?
+            reply = RETIRED_TAG + bytes((slot,)) + reply
         conn.send_bytes(reply)

@@ -32,7 +32,12 @@ TARGET_SECONDS = 0.05
 MIN_SECONDS = 0.001
 GROWTH = 1024
 BALANCE = 2
-MAX_CHUNK_BYTES = 32 * 1024 * 1024
+# The chunks in flight (PREFETCH x workers) stay within the last-level cache: a worker
+# then reads its arrays from cache, right after the driver copied them into its arena.
+# Workload c of bench/bench_map.py: the driver's copy costs 130 us/MiB with 16 MiB
+# chunks against 160 with 32 MiB (6,900 against 6,050 arrays/s in one run); 8 MiB
+# copies faster still but spends that on twice as many round trips.
+MAX_CHUNK_BYTES = 16 * 1024 * 1024
 # Caps the items read ahead of the consumer at (in flight + waiting) chunks x this; with
 # 2 workers, 12 x 16,384 items. Trivial items (workload a) already reach full speed at
 # this size: a chunk's round trip is about 1 % of 16,384 items' work.
