@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import types
 from pathlib import Path
@@ -443,17 +442,6 @@ def test_a_partial_and_a_callable_object_name_their_parts() -> None:
         functools.partial(_scaled, factor=4)
     )
     assert fingerprint_function(_Adder(1)) != fingerprint_function(_Adder(2))
-
-
-def test_a_recursive_closure_and_an_unpicklable_capture_are_stable() -> None:
-    lock = threading.Lock()
-
-    def countdown(n: int) -> int:
-        with lock:
-            pass
-        return 0 if n == 0 else countdown(n - 1)
-
-    assert fingerprint_function(countdown) == fingerprint_function(countdown)
 
 
 def test_fingerprinting_a_typical_function_is_fast(modules: Any) -> None:
