@@ -84,9 +84,7 @@ class BroadcastRef:
         return (BroadcastRef, (self.id,))
 
 
-def _read_forever(
-    conn: Connection, inbox: queue.SimpleQueue[bytes], cancelled: set[int]
-) -> None:
+def _read_forever(conn: Connection, inbox: queue.SimpleQueue[bytes], cancelled: set[int]) -> None:
     try:
         while True:
             message = conn.recv_bytes()
