@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from paralela.backends._base import Backend, Broadcast, Capabilities
+from paralela.backends._base import Backend, Broadcast, Capabilities, usable_cpus
 from paralela.errors import ConfigError
 
 __all__ = [
@@ -78,7 +77,6 @@ _FACTORIES: dict[str, Callable[..., Backend]] = {
 _TAKES_OPTIONS = {"slurm"}
 # Local pools hold idle workers between calls: at most one shared pool per name.
 LOCAL_POOLS = frozenset({"processes", "threads"})
-_POOLS = LOCAL_POOLS
 _shared: dict[tuple[str, int | None, str], Backend] = {}
 _shared_lock = threading.Lock()
 _runs: dict[int, int] = {}  # id(backend) -> runs using it now
@@ -130,7 +128,7 @@ def get_backend(
             found.shutdown(wait=False, cancel_futures=True)
             found = None
         if found is None:
-            if backend in _POOLS and not _keeping:  # one pool per name: idle others go
+            if backend in LOCAL_POOLS and not _keeping:  # one pool per name: idle others go
                 for other_key, other in list(_shared.items()):
                     if other_key[0] == backend and not _runs.get(id(other)):
                         retired.append(_shared.pop(other_key))
@@ -184,9 +182,9 @@ def using(backend: Backend) -> Iterator[Backend]:
             if left:
                 _runs[id(backend)] = left
             elif not _keeping:
-                oversized = backend.effective_workers() > _usable_cpus()
+                oversized = backend.effective_workers() > usable_cpus()
                 for key, shared in list(_shared.items()):
-                    if shared is backend and key[0] in _POOLS and oversized:
+                    if shared is backend and key[0] in LOCAL_POOLS and oversized:
                         del _shared[key]
                         retire = True
         if retire:
@@ -209,20 +207,13 @@ def keeping_pools() -> Iterator[None]:
             if not _keeping:
                 newest: dict[str, tuple[str, int | None, str]] = {}
                 for key in _shared:
-                    if key[0] in _POOLS:
+                    if key[0] in LOCAL_POOLS:
                         newest[key[0]] = key  # dicts keep insertion order
                 for key, other in list(_shared.items()):
-                    if key[0] in _POOLS and key != newest[key[0]] and not _runs.get(id(other)):
+                    if key[0] in LOCAL_POOLS and key != newest[key[0]] and not _runs.get(id(other)):
                         retired.append(_shared.pop(key))
         for old in retired:
             old.shutdown(wait=False, cancel_futures=True)
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def discard_backend(backend: Backend) -> None:

@@ -12,6 +12,7 @@ them died; the caller decides whether to submit again.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -146,6 +147,14 @@ class Backend(ABC):
         tb: TracebackType | None,
     ) -> None:
         self.shutdown(wait=True, cancel_futures=exc is not None)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity; all CPUs where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def unwrap_broadcasts(args: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -40,7 +40,7 @@ from concurrent.futures import CancelledError, Future
 from multiprocessing.connection import Connection, wait
 from typing import Any, ClassVar, TypeVar
 
-from paralela.backends._base import Backend, Broadcast, Capabilities
+from paralela.backends._base import Backend, Broadcast, Capabilities, usable_cpus
 from paralela.backends._wire import (
     RETIRED_TAG,
     Arena,
@@ -50,7 +50,7 @@ from paralela.backends._wire import (
     shrink_idle,
     zero_copy_available,
 )
-from paralela.backends._worker import CANCEL_TAG, BroadcastRef
+from paralela.backends._worker import CANCEL_TAG, BroadcastRef, kill_descendants
 from paralela.errors import ConfigError, ParalelaError, UnpicklableError, WorkerDiedError
 from paralela.resources._slots import THREAD_VARIABLES, Slot
 
@@ -90,11 +90,7 @@ class RemoteTraceback(Exception):
 def thread_limits_env(workers: int) -> dict[str, str]:
     """Thread-pool sizes (OpenMP, MKL, OpenBLAS...) that keep ``workers`` processes from
     oversubscribing the CPUs this process may use; variables the user set are kept."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    per_worker = str(max(1, cpus // max(1, workers)))
+    per_worker = str(max(1, usable_cpus() // max(1, workers)))
     return {var: os.environ.get(var, per_worker) for var in THREAD_VARIABLES}
 
 
@@ -195,7 +191,7 @@ class ProcessBackend(Backend):
     ) -> None:
         if slots is not None and not slots:
             raise ConfigError("slots is empty; pass None or at least one Slot.")
-        n = workers if workers is not None else len(slots) if slots else _usable_cpus()
+        n = workers if workers is not None else len(slots) if slots else usable_cpus()
         if not isinstance(n, int) or n < 1:
             raise ConfigError(f"workers must be a positive integer, got {n!r}.")
         self._n = n
@@ -279,7 +275,7 @@ class ProcessBackend(Backend):
                 if w.inflight:
                     doomed.append(w.process.pid)
         for pid in doomed:
-            _kill_tree(pid)
+            kill_descendants(pid, itself=True)
         self._wake()
 
     def cancel(self, futures: Iterable[Future[Any]]) -> None:
@@ -308,7 +304,7 @@ class ProcessBackend(Backend):
                 for task in hit:
                     _cancel_future(task.future)
         for pid in doomed:  # the manager sees them die and requeues what was not ours
-            _kill_tree(pid)
+            kill_descendants(pid, itself=True)
         self._wake()
 
     def healthy(self) -> bool:
@@ -455,13 +451,13 @@ class ProcessBackend(Backend):
             message = loads(data)
         except BaseException as load_error:  # e.g. the result's class does not import here
             if not task.future.done():
-                task.future.set_exception(
-                    UnpicklableError(
-                        "A task's result came back from its worker but cannot be rebuilt "
-                        f"in this process: {type(load_error).__name__}: {load_error}. "
-                        "Return plain data (numbers, strings, lists, dicts, arrays)."
-                    )
+                error = UnpicklableError(
+                    "A task's result came back from its worker but cannot be rebuilt "
+                    f"in this process: {type(load_error).__name__}: {load_error}. "
+                    "Return plain data (numbers, strings, lists, dicts, arrays)."
                 )
+                error.__cause__ = load_error  # callers that know the task say more
+                task.future.set_exception(error)
             return
         if task.future.done():  # cancelled while it ran or waited
             return
@@ -555,21 +551,6 @@ def _cancel_future(future: Future[Any]) -> None:
         future.set_exception(CancelledError())
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL a worker and every process it started."""
-    import psutil
-
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        children = []
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, 9)
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
-
-
 def worker_exit(exitcode: int | None) -> str:
     from paralela.errors import describe_exit
 
@@ -586,13 +567,6 @@ def _payload_of(ref: Broadcast[Any]) -> bytes:
             f"Cannot send the shared object ({type(ref.value).__name__}) to worker "
             f"processes: {exc}. Share plain data (arrays, dicts, paths) instead."
         ) from exc
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _name(fn: Any) -> str:

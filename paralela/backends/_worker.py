@@ -99,15 +99,17 @@ def _read_forever(conn: Connection, inbox: queue.SimpleQueue[bytes], cancelled: 
         os._exit(0)
 
 
-def kill_descendants(pid: int | None = None) -> None:
-    """SIGKILL every descendant of ``pid`` (default: this process), never raising."""
+def kill_descendants(pid: int | None = None, *, itself: bool = False) -> None:
+    """SIGKILL every descendant of ``pid`` (default: this process), and ``pid`` itself
+    first when ``itself`` (so that it starts nothing more); never raises."""
     try:
         import psutil
 
-        children = psutil.Process(pid).children(recursive=True)
+        process = psutil.Process(pid)
+        children = process.children(recursive=True)
     except Exception:  # psutil missing, or the process is gone
         return
-    for child in children:
+    for child in [process, *children] if itself else children:
         with contextlib.suppress(Exception):  # already gone
             child.kill()
 

@@ -392,7 +392,13 @@ def _run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
             message = f"item {chunk.start} could not be unpickled in the worker:\n{exc}"
         else:
             kind = "UnpicklableResult"
-            message = str(exc).replace("A task's result", f"The result of item {chunk.start}")
+            cause = exc.__cause__
+            why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+            message = (
+                f"The result of item {chunk.start} came back from its worker but cannot be "
+                f"rebuilt in this process: {why}. Return plain data (numbers, strings, "
+                "lists, dicts, arrays)."
+            )
         failure = ItemFailure(chunk.start, kind, message, short_repr(chunk.items[0]), message)
         now = time.time()
         accept(chunk, ChunkOutcome([None], [failure], now, now, 0, "", 0))
