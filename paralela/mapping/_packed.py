@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paralela.errors import MapError, TaskError
+from paralela.errors import MapError
 from paralela.mapping._task import _HOST, ChunkOutcome, ItemFailure, Job
 
 if TYPE_CHECKING:
@@ -139,7 +139,10 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
         for piece in run(plan, MapSummary()):
             results.extend(piece)
     except MapError as exc:
-        failures.extend(_shifted(f, start) for f in exc.failures if f.index is not None)
+        for task_error in exc.failures:
+            failure = failure_record(task_error)
+            if failure is not None:
+                failures.append(replace(failure, index=start + failure.index))
     except Exception as exc:  # on_error="raise": the item's own exception, or a TaskError
         failure = failure_record(exc)
         if failure is None:
@@ -177,15 +180,3 @@ def remove_finished_pieces(store: Any) -> None:
             shutil.rmtree(entry.path, ignore_errors=True)
     with contextlib.suppress(OSError):
         packed.rmdir()
-
-
-def _shifted(exc: TaskError, start: int) -> ItemFailure:
-    index = exc.index if exc.index is not None else 0
-    return ItemFailure(
-        index=start + index,
-        exc_type=exc.exc_type,
-        message=str(exc.args[0]),
-        item_repr=exc.item_repr,
-        traceback=exc.remote_traceback,
-        exception=exc.exception,
-    )
