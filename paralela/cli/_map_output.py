@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import typer
 from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail
 from paralela.cli._jsonl import text_json
 from paralela.mapping import MapSummary
+from paralela.runs._atomic import atomic_write
 
 __all__ = ["check_output", "print_summary", "records", "write_results"]
 
@@ -103,17 +103,7 @@ def _write_output(path: Path | None, lines: Iterable[bytes]) -> None:
                 return
             raise
         return
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with open(fd, "wb") as f:
-            f.writelines(lines)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, lines)
 
 
 def _reason(exc: OSError) -> str:

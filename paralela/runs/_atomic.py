@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["TMP_PREFIX", "atomic_write", "create_exclusive"]
@@ -22,9 +23,12 @@ def _tmp_path(path: Path) -> Path:
     return path.with_name(f"{TMP_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}")
 
 
-def _write_synced(path: Path, data: bytes) -> None:
+def _write_synced(path: Path, data: bytes | Iterable[bytes]) -> None:
     with open(path, "wb") as f:
-        f.write(data)
+        if isinstance(data, bytes):
+            f.write(data)
+        else:
+            f.writelines(data)
         f.flush()
         os.fsync(f.fileno())
 
@@ -37,8 +41,9 @@ def _sync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves the old file or the new one."""
+def atomic_write(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or pieces of it as they come) to ``path`` so that a crash
+    leaves the old file or the new one; on any error the temp file is removed."""
     tmp = _tmp_path(path)
     try:
         _write_synced(tmp, data)
