@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import inspect
 import json
 import os
 import subprocess
@@ -502,12 +501,6 @@ def test_the_stored_fingerprint_reopens_a_directory_whatever_changed(tmp_path: P
     RunStore(tmp_path, {"function": stored}, {})  # what map(fingerprint=stored) passes
 
 
-_HAS_FINGERPRINT = "fingerprint" in inspect.signature(paralela.map).parameters
-
-
-@pytest.mark.skipif(
-    not _HAS_FINGERPRINT, reason="map(fingerprint=) comes with paralela/mapping/_api.py"
-)
 def test_map_with_a_fingerprint_resumes_after_an_edit(project: Path) -> None:
     run_dir = project / "run"
     run_driver(project, run_dir, 3)
