@@ -700,3 +700,22 @@ def test_a_map_without_timings_says_why_there_is_no_timeline(
     assert written.images == []
     assert embedded(written.path)["sections"][0]["timeline"] is None
     assert says in written.path.read_text()
+
+
+def test_embedded_json_escapes_markup_characters(tmp_path: Path) -> None:
+    run = tmp_path / "sweep"
+    write_sweep_run(run)
+    stored = json.loads((run / "trials.json").read_text())
+    name = "</script><!--<script> & \u2028\u2029 >"
+    stored["study_name"] = name
+    (run / "trials.json").write_text(json.dumps(stored))
+    page = write_report(run).path
+    text = page.read_text()
+    match = re.search(
+        rf'<script type="application/json" id="{DATA_ID}">(.*?)</script>', text, re.DOTALL
+    )
+    assert match is not None
+    raw = match.group(1)
+    for char in ("<", ">", "&", "\u2028", "\u2029"):
+        assert char not in raw, f"{char!r} left raw in the page's JSON"
+    assert name in json.dumps(json.loads(raw), ensure_ascii=False)

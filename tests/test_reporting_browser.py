@@ -135,7 +135,8 @@ def test_the_charts_render_in_a_screenshot(
 def test_a_broken_page_fails_the_same_checks(
     chromium: str, report: RunReport, tmp_path: Path
 ) -> None:
-    """The checks above can fail: an undecodable image and a script error show up."""
+    """The checks above can fail: an undecodable image shows up, and a script that is not
+    the page's own is refused by the Content-Security-Policy (allowed by hash only)."""
     html = report.path.read_text()
     broken = re.sub(
         r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:image/png;base64,AAAA", html, count=1
@@ -149,4 +150,5 @@ def test_a_broken_page_fails_the_same_checks(
     body = body_attributes(proc.stdout)
     assert body.get("data-report-status") == "broken-images"
     assert body["data-broken-images"] != ""
-    assert any("noSuchFunction" in line for line in console_lines(proc.stderr))
+    refused = [line for line in console_lines(proc.stderr) if "Content Security Policy" in line]
+    assert refused, "an injected inline script ran: the page's CSP allows more than its own"
