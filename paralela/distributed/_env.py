@@ -11,8 +11,9 @@ TensorFlow (``TF_CONFIG``) read::
                     └──────────────► RankSpec ◄───────────────┘
                                         │ .env()
                                         ▼
-        RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK NODE_RANK MASTER_ADDR
-        MASTER_PORT TORCHELASTIC_RESTART_COUNT PARALELA_RESTART_COUNT TF_CONFIG ...
+        RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_*
+        NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT TF_CONFIG ...
+        (the launcher adds TORCHELASTIC_RUN_ID, _MAX_RESTARTS and _ERROR_FILE)
 
 Nothing here imports torch: the launcher must start fast and also serve TensorFlow.
 """
@@ -93,8 +94,13 @@ class RankSpec:
             "WORLD_SIZE": str(self.world_size),
             "LOCAL_WORLD_SIZE": str(self.local_world_size),
             "GROUP_RANK": str(self.node_rank),
+            "GROUP_WORLD_SIZE": str(self.nnodes),
             "NODE_RANK": str(self.node_rank),
             "NNODES": str(self.nnodes),
+            # torchrun's one role, "default": its ranks are the global ones.
+            "ROLE_NAME": "default",
+            "ROLE_RANK": str(self.rank),
+            "ROLE_WORLD_SIZE": str(self.world_size),
             "MASTER_ADDR": self.master_addr,
             "MASTER_PORT": str(self.master_port),
             "TORCHELASTIC_RESTART_COUNT": str(self.restart),

@@ -16,6 +16,7 @@ rank's process group, then SIGKILL after a grace period.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import signal
@@ -46,6 +47,7 @@ class RankProcess:
     started: float = field(default_factory=time.time)
     ended: float | None = None
     returncode: int | None = None
+    error_file: Path | None = None  # where torch's ``@record`` writes the rank's exception
 
     def log_tail(self, lines: int = 20) -> str:
         """The last ``lines`` lines this rank wrote during this attempt."""
@@ -57,6 +59,28 @@ class RankProcess:
             return ""
         kept = text.rstrip().splitlines()[-lines:]
         return "\n".join(kept)
+
+    def recorded_error(self) -> str | None:
+        """The exception ``@record`` wrote for this rank, with its traceback, if any.
+
+        torch.distributed.elastic's format: ``{"message": {"message": "ValueError: ...",
+        "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "..."}}}``.
+        """
+        if self.error_file is None:
+            return None
+        try:
+            data = json.loads(self.error_file.read_text(errors="replace"))
+        except (OSError, ValueError):
+            return None
+        message = data.get("message") if isinstance(data, dict) else None
+        if isinstance(message, str):
+            return message
+        if not isinstance(message, dict):
+            return None
+        extra = message.get("extraInfo")
+        stack = extra.get("py_callstack") if isinstance(extra, dict) else None
+        text = str(stack) if stack else str(message.get("message", ""))
+        return text.rstrip() or None
 
     def record(self) -> dict[str, object]:
         """What the run record keeps of this rank."""
@@ -123,7 +147,14 @@ class RankGroup:
         )
         log.write(header.encode())
         log.flush()
-        rank = RankProcess(spec=spec, proc=proc, log_path=log_path, log_offset=offset)
+        error_file = env.get("TORCHELASTIC_ERROR_FILE")
+        rank = RankProcess(
+            spec=spec,
+            proc=proc,
+            log_path=log_path,
+            log_offset=offset,
+            error_file=Path(error_file) if error_file else None,
+        )
         tag = f"[rank {spec.rank}] ".encode() if prefix else b""
         pump = threading.Thread(target=self._pump, args=(rank, log, tag), daemon=True)
         waiter = threading.Thread(target=self._wait, args=(rank, pump), daemon=True)

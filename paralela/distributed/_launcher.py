@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -137,14 +138,18 @@ def launch(
     first = plan.specs(0)  # validates the Slurm variables before anything starts
     pins = _pins(resources, first, gpus_per_rank, slurm and nproc is None)
     directory = Path(log_dir) if log_dir is not None else _default_log_dir(program, slurm)
+    _check_writable(directory)
     out = _console(console)
+    # torchrun's rendezvous id: the same for every rank (and every task of a Slurm job).
+    run_id = os.environ.get("SLURM_JOB_ID", directory.name) if slurm else directory.name
     started = time.monotonic()
     attempts: list[list[dict[str, Any]]] = []
     with sigterm_as_interrupt():
         for restart in range(max_restarts + 1):
             specs = first if restart == 0 else plan.specs(restart)
+            elastic = _Elastic(run_id, max_restarts, directory)
             envs = [
-                _rank_env(spec, pin, preflight_timeout)
+                _rank_env(spec, pin, preflight_timeout, elastic)
                 for spec, pin in zip(specs, pins, strict=True)
             ]
             group = RankGroup(specs, argv, envs, directory, out, prefix)
@@ -251,14 +256,55 @@ def _pins(
     return [slot.env() for slot in slots]
 
 
-def _rank_env(spec: RankSpec, pin: Mapping[str, str], preflight_timeout: float) -> dict[str, str]:
+@dataclass(frozen=True)
+class _Elastic:
+    """What torchrun's agent tells its workers beyond who they are (see ``_rank_env``)."""
+
+    run_id: str
+    max_restarts: int
+    log_dir: Path
+
+    def error_file(self, spec: RankSpec) -> Path:
+        """Where ``@record`` writes this rank's exception: fresh for every attempt."""
+        return self.log_dir / "errors" / f"attempt-{spec.restart}" / f"rank-{spec.rank}.json"
+
+
+def _rank_env(
+    spec: RankSpec, pin: Mapping[str, str], preflight_timeout: float, elastic: _Elastic
+) -> dict[str, str]:
     env = dict(os.environ)
     env.update(pin)
     env.update(spec.env())
+    # The rest of torchrun's contract: is_torchelastic_launched() reads TORCHELASTIC_RUN_ID,
+    # and torch.distributed.elastic's @record writes the rank's exception, with its
+    # traceback, to TORCHELASTIC_ERROR_FILE, which the launcher shows when the rank fails.
+    error_file = elastic.error_file(spec)
+    error_file.parent.mkdir(parents=True, exist_ok=True)
+    error_file.unlink(missing_ok=True)  # a reused log directory: not a past attempt's error
+    env.update(
+        TORCHELASTIC_RUN_ID=elastic.run_id,
+        TORCHELASTIC_MAX_RESTARTS=str(elastic.max_restarts),
+        TORCHELASTIC_USE_AGENT_STORE="False",
+        TORCHELASTIC_ERROR_FILE=str(error_file),
+        TORCH_NCCL_ASYNC_ERROR_HANDLING=os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+    )
     env["PYTHONUNBUFFERED"] = "1"  # lines reach the log and console as they are printed
     env["PARALELA_LAUNCHER_PID"] = str(os.getpid())
     env["PARALELA_PREFLIGHT_TIMEOUT"] = str(preflight_timeout)
     return env
+
+
+def _check_writable(directory: Path) -> None:
+    """Fail before any rank starts if the logs cannot be written (exit 2 on the CLI)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(
+            f"Cannot write the launch's logs to {directory}: {reason}. Pass --log-dir "
+            "(log_dir=) a directory you can write to."
+        ) from exc
 
 
 def _default_log_dir(program: Sequence[str], slurm: bool) -> Path:
@@ -295,10 +341,15 @@ def _failure(rank: RankProcess, group_size: int) -> RankFailedError | Rendezvous
         return RendezvousError(f"{reason} (log: {rank.log_path})")
     others = group_size - 1
     stopped = f"; the other {others} rank(s) here were stopped" if others else ""
-    indented = "\n".join("  " + line for line in tail.splitlines())
+    recorded = rank.recorded_error()
+    if recorded is not None:  # the program used @record: its exception, as torchrun shows
+        shown, heading = recorded, f"Its error ({rank.error_file}):"
+    else:
+        shown, heading = tail, "Last lines:"
+    indented = "\n".join("  " + line for line in shown.splitlines())
     message = (
         f"{where[0].upper()}{where[1:]} died: {describe_exit(rank.returncode)}{stopped}. "
-        f"Its log: {rank.log_path}\nLast lines:\n{indented}"
+        f"Its log: {rank.log_path}\n{heading}\n{indented}"
     )
     return RankFailedError(
         message, rank=spec.rank, exitcode=rank.returncode, log_path=str(rank.log_path)
