@@ -8,14 +8,21 @@ by raising :class:`TrialPruned`.
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from paralela.errors import ParalelaError
 from paralela.sweeping import _report
 
-__all__ = ["FunctionTrialContext", "TrialPruned", "set_function_context"]
+__all__ = [
+    "FunctionTrialContext",
+    "NonFiniteReport",
+    "TrialPruned",
+    "non_finite",
+    "set_function_context",
+]
 
 
 class TrialPruned(ParalelaError):
@@ -23,6 +30,24 @@ class TrialPruned(ParalelaError):
 
     Let it propagate: the trial is recorded as pruned and its slot goes to the next one.
     """
+
+
+def non_finite(values: Sequence[float], step: int | None = None) -> str | None:
+    """Why these values cannot be a trial's result (a diverged loss), or ``None``.
+
+    A NaN or infinite value fails its trial with this reason and the sweep goes on:
+    Optuna refuses such a value, and a sampler given one would learn nothing from it.
+    """
+    bad = next((v for v in values if not math.isfinite(v)), None)
+    if bad is None:
+        return None
+    if step is None:
+        return f"the objective's value is {bad} (a diverged loss?): recorded as failed"
+    return f"the value reported at step {step} is {bad} (a diverged loss?): the trial stopped"
+
+
+class NonFiniteReport(Exception):
+    """Raised by ``paralela.report`` in a function trial given NaN or an infinity."""
 
 
 class FunctionTrialContext:
@@ -49,6 +74,9 @@ class FunctionTrialContext:
         if self._trial is None:
             self._trial = optuna.trial.Trial(self.open_study(), self.trial_id)
         step = self.next_step if step is None else step
+        problem = non_finite([value], step)
+        if problem is not None:
+            raise NonFiniteReport(problem)
         self._trial.report(value, step)
         self.last_value = value
         self.next_step = step + 1

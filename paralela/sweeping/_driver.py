@@ -40,6 +40,7 @@ from paralela.backends import Broadcast
 from paralela.backends._wire import dumps
 from paralela.errors import ConfigError, ParalelaError
 from paralela.resources import Slot
+from paralela.sweeping._context import non_finite
 from paralela.sweeping._gate import is_python_script
 from paralela.sweeping._oracle import LOG_ERROR_CHARS, Oracle
 from paralela.sweeping._results import TrialRecord
@@ -243,6 +244,9 @@ def run_trials(
 
     def finish(run: _Running, outcome: TrialOutcome) -> None:
         nonlocal failures, busy
+        problem = non_finite(outcome.values or []) if outcome.state == "COMPLETE" else None
+        if problem is not None:  # a diverged loss: this trial failed, the sweep goes on
+            outcome.state, outcome.values, outcome.error = "FAIL", None, problem
         record = run.record
         record.started, record.finished = outcome.started, outcome.finished
         record.state, record.values = outcome.state, outcome.values
@@ -261,6 +265,17 @@ def run_trials(
     def command_ended(run: _Running, returncode: int) -> TrialOutcome:
         handle: CommandTrial | SlurmTrial = run.handle
         now = time.time()
+        if handle.failed is not None:  # stopped by the driver (a NaN report)
+            return TrialOutcome(
+                run.trial.number,
+                "FAIL",
+                None,
+                handle.started,
+                now,
+                handle.failed,
+                returncode,
+                handle.devices,
+            )
         if handle.pruned:
             return TrialOutcome(
                 run.trial.number,
@@ -343,12 +358,18 @@ def run_trials(
                 elif kind == "report":
                     handle, value, step = event[1], event[2], event[3]
                     reporting = running.get(handle.spec.number)
-                    if reporting is not None and reporting.handle is handle and not handle.pruned:
+                    stopping = handle.pruned or handle.failed is not None
+                    if reporting is not None and reporting.handle is handle and not stopping:
                         run = reporting
-                        handle.last_value = value
-                        run.record.intermediate[step] = value
-                        run.trial.report(value, step)
-                        if run.trial.should_prune():
+                        problem = non_finite([value], step)
+                        if problem is not None:  # a diverged loss: stop it, record why
+                            handle.failed = problem
+                            handle.terminate(grace_period)
+                        else:
+                            handle.last_value = value
+                            run.record.intermediate[step] = value
+                            run.trial.report(value, step)
+                        if problem is None and run.trial.should_prune():
                             handle.pruned = True
                             handle.terminate(grace_period)
                 elif kind == "exit":

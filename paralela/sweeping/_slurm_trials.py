@@ -105,6 +105,7 @@ class SlurmTrial:
         self.devices: str | None = None
         self.last_value: float | None = None
         self.pruned = False
+        self.failed: str | None = None  # why the driver stopped it (a NaN report)
         self.state: JobState | None = None
         self.note = ""
         self.reports = reports

@@ -33,7 +33,12 @@ from queue import SimpleQueue
 from typing import Any
 
 from paralela.errors import ConfigError
-from paralela.sweeping._context import FunctionTrialContext, TrialPruned, set_function_context
+from paralela.sweeping._context import (
+    FunctionTrialContext,
+    NonFiniteReport,
+    TrialPruned,
+    set_function_context,
+)
 from paralela.sweeping._gate import ENV_GATE_FD, gated_argv
 from paralela.sweeping._report import ENV_PARAMS, ENV_REPORT_FD, ENV_TRIAL_NUMBER
 
@@ -167,6 +172,9 @@ def run_function_trial(job: FunctionJob, spec: TrialSpec) -> TrialOutcome:
                     values = _values(result if result is not None else context.last_value)
             except TrialPruned:
                 state = "PRUNED"
+            except NonFiniteReport as exc:
+                state, error = "FAIL", str(exc)
+                print(f"paralela: {error}", file=sys.stderr)
             except (Exception, SystemExit) as exc:
                 state = "FAIL"
                 error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -250,6 +258,7 @@ class CommandTrial:
         self.devices = env.get("CUDA_VISIBLE_DEVICES")
         self.last_value: float | None = None
         self.pruned = False
+        self.failed: str | None = None  # why the driver stopped it (a NaN report)
         self._events = events
         self._gate: int | None = None
         report_r, report_w = os.pipe()

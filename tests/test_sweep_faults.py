@@ -1,0 +1,166 @@
+"""Sweeps that survive real training: a diverged (NaN or infinite) loss fails its trial
+with the reason, and the sweep goes on; function and command trials, with and without a
+pruner, and on resume. Real worker and trial processes, real Optuna on SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sweep_helpers import command, write_script
+
+import paralela
+
+pytestmark = pytest.mark.timeout(90)
+
+SPACE = {"x": {"type": "float", "low": -2.0, "high": 3.0}}
+# x > 0 diverges: half the space, so every sweep below has both kinds of trial.
+DIVERGES_FROM = 0.0
+
+
+@pytest.fixture(autouse=True)
+def _cpu_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+def diverging(params: dict[str, Any]) -> float:
+    x = params["x"]
+    return math.nan if x > DIVERGES_FROM else x * x
+
+
+def diverging_to_inf(params: dict[str, Any]) -> float:
+    x = params["x"]
+    return -math.inf if x > DIVERGES_FROM else x * x
+
+
+def reporting_nan(params: dict[str, Any]) -> float:
+    x = params["x"]
+    for step in range(4):
+        paralela.report(math.nan if x > DIVERGES_FROM and step == 2 else x * x, step)
+    return x * x
+
+
+REPORTING_NAN = """\
+x = paralela.current_params()["x"]
+for step in range(4):
+    paralela.report(float("nan") if x > 0 and step == 2 else x * x, step)
+"""
+
+FINAL_INF = """\
+x = paralela.current_params()["x"]
+paralela.report(float("inf") if x > 0 else x * x)
+"""
+
+
+def strict_json(path: Path) -> Any:
+    """JSON as every other reader sees it: NaN and Infinity are not JSON."""
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"{path.name} holds {token}, which is not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def check_outcome(result: paralela.SweepResult, n_trials: int, step: int | None) -> None:
+    """Every trial ended; the diverged ones failed with the reason, the rest completed."""
+    assert len(result.trials) == n_trials
+    for trial in result.trials:
+        if trial.params["x"] > DIVERGES_FROM:
+            assert trial.state == "FAIL", trial
+            assert trial.error is not None
+            where = f"reported at step {step}" if step is not None else "objective's value"
+            assert where in trial.error
+            assert "nan" in trial.error or "inf" in trial.error
+        else:
+            assert trial.state in ("COMPLETE", "PRUNED"), trial
+    assert any(t.state == "FAIL" for t in result.trials)
+    assert any(t.state == "COMPLETE" for t in result.trials)
+    assert result.best_params["x"] <= DIVERGES_FROM
+    study = optuna.load_study(study_name=result.study_name, storage=result.storage)
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    listed = strict_json(result.run_dir / "trials.json")["trials"]
+    assert len(listed) == n_trials
+    assert (result.run_dir / "trials.csv").read_text().count("\n") == n_trials + 1
+
+
+@pytest.mark.parametrize("objective", [diverging, diverging_to_inf])
+@pytest.mark.parametrize("pruner", [None, "median"])
+def test_a_function_returning_nan_or_inf_fails_its_trial_only(
+    tmp_path: Path, objective: Any, pruner: str | None
+) -> None:
+    result = paralela.sweep(
+        objective,
+        SPACE,
+        n_trials=8,
+        workers=2,
+        pruner=pruner,
+        seed=3,
+        run_dir=tmp_path / "run",
+        progress=False,
+    )
+    check_outcome(result, 8, step=None)
+
+
+@pytest.mark.parametrize("pruner", [None, "median"])
+def test_a_function_reporting_nan_stops_and_fails_its_trial(
+    tmp_path: Path, pruner: str | None
+) -> None:
+    result = paralela.sweep(
+        reporting_nan,
+        SPACE,
+        n_trials=8,
+        workers=2,
+        pruner=pruner,
+        seed=3,
+        run_dir=tmp_path / "run",
+        progress=False,
+    )
+    check_outcome(result, 8, step=2)
+    for trial in result.trials:
+        if trial.state == "FAIL":
+            assert sorted(trial.intermediate) == [0, 1]  # the NaN was not recorded
+
+
+@pytest.mark.parametrize(
+    ("body", "step"), [(REPORTING_NAN, 2), (FINAL_INF, 0)], ids=["nan-at-step-2", "final-inf"]
+)
+@pytest.mark.parametrize("pruner", [None, "median"])
+def test_a_command_reporting_nan_or_inf_fails_its_trial_only(
+    tmp_path: Path, body: str, step: int | None, pruner: str | None
+) -> None:
+    script = write_script(tmp_path, "train.py", body)
+    result = paralela.sweep(
+        command(script),
+        SPACE,
+        n_trials=6,
+        workers=2,
+        pruner=pruner,
+        seed=3,
+        run_dir=tmp_path / "run",
+        progress=False,
+    )
+    check_outcome(result, 6, step=step)
+
+
+def test_a_resumed_sweep_keeps_its_diverged_trials_failed(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    first = paralela.sweep(
+        diverging, SPACE, n_trials=5, workers=2, seed=3, run_dir=run_dir, progress=False
+    )
+    again = paralela.sweep(
+        diverging, SPACE, n_trials=9, workers=2, seed=3, run_dir=run_dir, progress=False
+    )
+    assert first.study_name == again.study_name
+    study = optuna.load_study(study_name=again.study_name, storage=again.storage)
+    states = [t.state for t in study.trials]
+    assert len(states) == 9
+    assert TrialState.RUNNING not in states
+    for trial in study.trials:
+        assert (trial.state == TrialState.FAIL) == (trial.params["x"] > DIVERGES_FROM)
+    assert len(strict_json(run_dir / "trials.json")["trials"]) == 9
