@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,7 @@ from optuna.trial import TrialState
 from sweep_helpers import command, write_script
 
 import paralela
+from paralela.cli._errors import EXIT_FAILED
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -164,3 +169,42 @@ def test_a_resumed_sweep_keeps_its_diverged_trials_failed(tmp_path: Path) -> Non
     for trial in study.trials:
         assert (trial.state == TrialState.FAIL) == (trial.params["x"] > DIVERGES_FROM)
     assert len(strict_json(run_dir / "trials.json")["trials"]) == 9
+
+
+# -- failures on the console: all failed is exit 1 with the first one's error ---------
+
+
+def sweep_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "space.yaml").write_text("x: {type: float, low: -2.0, high: 3.0}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALELA_")}
+    return subprocess.run(
+        [sys.executable, "-m", "paralela", "sweep", "--space", "space.yaml", *args],
+        cwd=tmp_path,
+        env={**env, "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=80,
+    )
+
+
+def test_a_sweep_whose_every_trial_fails_exits_1_with_the_first_error(tmp_path: Path) -> None:
+    done = sweep_cli(tmp_path, "--trials", "4", "--", sys.executable, "nosuch.py", "--x", "{x}")
+    assert done.returncode == EXIT_FAILED, done.stderr
+    assert "every trial failed (4 of 4)" in done.stderr
+    assert "trial #0" in done.stderr
+    assert "exit code 2" in done.stderr
+    assert "nosuch.py" in done.stderr
+    assert "No such file or directory" in done.stderr  # the tail of the trial's log
+    assert "trial-00000.log" in done.stderr
+    assert "Traceback" not in done.stderr
+    listed = strict_json(tmp_path / "paralela-runs" / "nosuch" / "trials.json")["trials"]
+    assert [t["state"] for t in listed] == ["FAIL"] * 4
+
+
+def test_some_failed_trials_are_named_and_the_sweep_succeeds(tmp_path: Path) -> None:
+    script = write_script(tmp_path, "train.py", FINAL_INF)
+    done = sweep_cli(tmp_path, "--trials", "6", "--seed", "3", "--", *command(script))
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"6 trials \(\d+ complete, \d+ fail\)", done.stdout), done.stdout
+    assert "trials failed; the first, trial #" in done.stderr
+    assert "is inf (a diverged loss?)" in done.stderr

@@ -228,8 +228,28 @@ def sweep(
         fail(str(exc), EXIT_FAILED)
     if json_out:
         typer.echo((result.run_dir / "trials.json").read_text())
+    else:
+        _print_result(result)
+    _report_failures(result)
+
+
+def _report_failures(result: object) -> None:
+    """Failed trials on stderr: all failed is exit 1 with the first one's error."""
+    from paralela.sweeping import SweepResult
+
+    assert isinstance(result, SweepResult)
+    first = result.failure_report()
+    if first is None:
         return
-    _print_result(result)
+    failed, total = len(result.failed), len(result.trials)
+    if result.all_failed:
+        fail(
+            f"every trial failed ({failed} of {total}); nothing was learned. The first, "
+            f"{first}\nFix the objective (run one trial by hand) and run again: the failed "
+            f"trials count against --trials, so pass a new --run-dir or --study.",
+            EXIT_FAILED,
+        )
+    typer.echo(f"paralela sweep: {failed} of {total} trials failed; the first, {first}", err=True)
 
 
 def _print_result(result: object) -> None:
@@ -253,7 +273,8 @@ def _print_result(result: object) -> None:
             "-" if t.duration is None else f"{t.duration:.2f}",
             json.dumps(t.params),
         )
-    console.print(table)
+    if table.row_count:
+        console.print(table)
     console.print(result.summary(), soft_wrap=True)
     if result.best_params is not None:
         console.print(f"Best parameters: {json.dumps(result.best_params)}", soft_wrap=True)

@@ -71,6 +71,8 @@ def save_plots(study: Any, directory: Path) -> tuple[list[Path], list[str]]:
         "param_importances": ovm.plot_param_importances,
         "intermediate_values": ovm.plot_intermediate_values,
     }
+    if not complete:  # Optuna would draw empty axes and warn on the console
+        return [], ["no trial completed"]
     for name, plot in plots.items():
         if name == "param_importances" and len(complete) < 2:
             problems.append(f"{name}: needs at least 2 completed trials")

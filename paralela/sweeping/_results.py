@@ -79,6 +79,27 @@ class SweepResult:
     def completed(self) -> list[TrialRecord]:
         return [t for t in self.trials if t.state == "COMPLETE" and t.values]
 
+    @property
+    def failed(self) -> list[TrialRecord]:
+        """The trials that failed (errors, diverged losses), in number order."""
+        return [t for t in self.trials if t.state == "FAIL"]
+
+    @property
+    def all_failed(self) -> bool:
+        """No trial completed or was pruned, and at least one failed: nothing to learn
+        from; most often the command or the objective itself is broken."""
+        return bool(self.failed) and not any(t.state in ("COMPLETE", "PRUNED") for t in self.trials)
+
+    def failure_report(self, tail_lines: int = 15) -> str | None:
+        """The first failed trial: its parameters, its error (the end of it) and its log."""
+        if not self.failed:
+            return None
+        first = self.failed[0]
+        error = (first.error or "no error text was recorded").strip().splitlines()
+        shown = "\n".join("  " + line for line in error[-tail_lines:])
+        log = f"\nIts log: {first.log_path}" if first.log_path else ""
+        return f"trial #{first.number} ({json.dumps(first.params)}) failed:\n{shown}{log}"
+
     def leaderboard(self, n: int = 10) -> list[TrialRecord]:
         """The ``n`` best completed trials, best first (by the first objective)."""
         sign = self._sign()
