@@ -43,6 +43,7 @@ __all__ = [
     "TaskError",
     "UnpicklableError",
     "WorkerDiedError",
+    "add_note",
     "describe_exit",
 ]
 
@@ -257,3 +258,11 @@ class MissingExtraError(ParalelaError, ImportError):
         )
         self.module = module
         self.extra = extra
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """Add a PEP 678 note (shown under the traceback) on every Python paralela supports."""
+    if hasattr(exc, "add_note"):  # Python >= 3.11
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]

@@ -353,3 +353,10 @@ paralela.report(sweep_helpers.slow_by_phase(paralela.current_params()))
 def command(script: Path, *args: str) -> list[str]:
     """``python script ARGS``, as a trial command."""
     return [sys.executable, str(script), *args]
+
+
+def interrupts(params: dict[str, Any]) -> float:
+    """Code that raises KeyboardInterrupt itself (a training loop's own "stop" path)."""
+    if params["x"] > 0:
+        raise KeyboardInterrupt("the objective gave up")
+    return float(params["x"] ** 2)

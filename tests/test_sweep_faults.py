@@ -9,18 +9,21 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+import sweep_helpers
 from optuna.trial import TrialState
 from sweep_helpers import command, write_script
 
 import paralela
-from paralela.cli._errors import EXIT_FAILED
+from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -208,3 +211,67 @@ def test_some_failed_trials_are_named_and_the_sweep_succeeds(tmp_path: Path) -> 
     assert re.search(r"6 trials \(\d+ complete, \d+ fail\)", done.stdout), done.stdout
     assert "trials failed; the first, trial #" in done.stderr
     assert "is inf (a diverged loss?)" in done.stderr
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------
+
+
+def test_an_objective_raising_keyboard_interrupt_is_a_failed_trial(tmp_path: Path) -> None:
+    result = paralela.sweep(
+        sweep_helpers.interrupts,
+        SPACE,
+        n_trials=6,
+        workers=2,
+        seed=3,
+        run_dir=tmp_path / "run",
+        progress=False,
+    )
+    assert len(result.trials) == 6
+    for trial in result.trials:
+        if trial.params["x"] > 0:
+            assert trial.state == "FAIL"
+            assert trial.error is not None
+            assert "KeyboardInterrupt: the objective gave up" in trial.error
+        else:
+            assert trial.state == "COMPLETE"
+
+
+SLOW_TRIAL = """\
+import time
+x = paralela.current_params()["x"]
+time.sleep(30)
+paralela.report(x * x)
+"""
+
+
+def test_ctrl_c_says_how_to_resume_and_keeps_the_trials(tmp_path: Path) -> None:
+    script = write_script(tmp_path, "train.py", SLOW_TRIAL)
+    (tmp_path / "space.yaml").write_text("x: {type: float, low: -2.0, high: 3.0}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALELA_")}
+    argv = [sys.executable, "-m", "paralela", "sweep", "--space", "space.yaml"]
+    argv += ["--trials", "4", "--run-dir", "run", "--", *command(script)]
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        env={**env, "CUDA_VISIBLE_DEVICES": ""},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    logs = tmp_path / "run" / "trials"
+    deadline = time.monotonic() + 30
+    while not (logs.is_dir() and len(list(logs.glob("trial-*.log"))) >= 2):
+        assert time.monotonic() < deadline, "no trial started"
+        time.sleep(0.1)
+    time.sleep(0.5)  # both trials are inside their sleep
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1, err
+    assert "run the same command again" in lines[0]
+    assert "trials.csv" in lines[0]
+    listed = strict_json(tmp_path / "run" / "trials.json")["trials"]
+    assert listed, "trials.json lists no trial"
+    assert (tmp_path / "run" / "trials.csv").exists()

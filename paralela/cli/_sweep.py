@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail
+from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
 from paralela.errors import ConfigError, ParalelaError
 
 SWEEP_HELP = (
@@ -220,6 +220,9 @@ def sweep(
             backend=backend,
             backend_options=backend_options,
         )
+    except KeyboardInterrupt as exc:
+        notes = getattr(exc, "__notes__", None) or ["The sweep was interrupted."]
+        fail(notes[-1].replace("run it again", "run the same command again"), EXIT_INTERRUPTED)
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     except SweepError as exc:

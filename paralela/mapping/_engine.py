@@ -37,6 +37,7 @@ from paralela.errors import (
     TaskError,
     UnpicklableError,
     WorkerDiedError,
+    add_note,
 )
 from paralela.mapping._chunking import Chunker
 from paralela.mapping._packed import remove_finished_pieces, run_packed
@@ -126,13 +127,6 @@ def _task_error(f: ItemFailure) -> TaskError:
     return error
 
 
-def _add_note(exc: BaseException, note: str) -> None:
-    if hasattr(exc, "add_note"):  # Python >= 3.11 (PEP 678)
-        exc.add_note(note)
-    else:
-        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
-
-
 def user_error(f: ItemFailure, isolated: bool) -> BaseException:
     """The exception to raise for a failed item: the user's own, of its own type, with
     the item attached (``paralela_index``, ``paralela_item_repr`` and a note) and, from
@@ -147,7 +141,7 @@ def user_error(f: ItemFailure, isolated: bool) -> BaseException:
         exc.paralela_item_repr = f.item_repr  # type: ignore[attr-defined]
     except Exception:  # an exception type that refuses attributes
         return _task_error(f)
-    _add_note(exc, f"paralela: raised by fn on item {f.index} ({f.item_repr})")
+    add_note(exc, f"paralela: raised by fn on item {f.index} ({f.item_repr})")
     if isolated and exc.__cause__ is None:
         exc.__cause__ = RemoteTraceback(f.traceback)
     return exc

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from paralela.errors import ConfigError
+from paralela.errors import ConfigError, add_note
 from paralela.resources import Slot
 from paralela.sweeping._driver import Budget, check_budget, run_trials
 from paralela.sweeping._outputs import records_from_study, write_outputs
@@ -279,6 +280,7 @@ def sweep(
         from paralela.sweeping._live import make_view
 
         view = make_view(progress, f"sweep {name}", -1.0 if directions[0] == "maximize" else 1.0)
+        t0 = time.time()
         try:
             records, wall, busy = run_trials(
                 study=study,
@@ -296,6 +298,26 @@ def sweep(
                 on_change=view.update,
                 jobs=jobs,
             )
+        except KeyboardInterrupt as exc:  # Ctrl-C: keep what ran, say how to go on
+            interrupted = SweepResult(
+                study_name=name,
+                storage=choice.spec,
+                run_dir=root,
+                directions=directions,
+                trials=records_from_study(study, [], root / "trials", space_.fixed()),
+                wall_seconds=time.time() - t0,
+                slots=len(slots),
+                busy_fraction=0.0,
+                notes=notes,
+            )
+            write_outputs(interrupted, study, plots=False)
+            add_note(
+                exc,
+                f"The sweep was interrupted: its trials so far are in {root / 'trials.csv'}; "
+                f"run it again (run_dir {str(root)!r}, study {name!r}) to continue, re-running "
+                "the trials that were cut short.",
+            )
+            raise
         finally:
             view.close()
         sync = getattr(study._storage, "sync", None)

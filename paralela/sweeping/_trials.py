@@ -175,8 +175,8 @@ def run_function_trial(job: FunctionJob, spec: TrialSpec) -> TrialOutcome:
             except NonFiniteReport as exc:
                 state, error = "FAIL", str(exc)
                 print(f"paralela: {error}", file=sys.stderr)
-            except (Exception, SystemExit) as exc:
-                state = "FAIL"
+            except BaseException as exc:  # KeyboardInterrupt too: workers ignore SIGINT, so
+                state = "FAIL"  # the objective raised it itself; a failed trial, not Ctrl-C
                 error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
                 print(error, file=sys.stderr)
     finally:
