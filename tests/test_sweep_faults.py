@@ -244,7 +244,8 @@ paralela.report(x * x)
 """
 
 
-def test_ctrl_c_says_how_to_resume_and_keeps_the_trials(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_says_how_to_resume_and_keeps_the_trials(tmp_path: Path, sig: int) -> None:
     script = write_script(tmp_path, "train.py", SLOW_TRIAL)
     (tmp_path / "space.yaml").write_text("x: {type: float, low: -2.0, high: 3.0}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARALELA_")}
@@ -264,7 +265,7 @@ def test_ctrl_c_says_how_to_resume_and_keeps_the_trials(tmp_path: Path) -> None:
         assert time.monotonic() < deadline, "no trial started"
         time.sleep(0.1)
     time.sleep(0.5)  # both trials are inside their sleep
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == EXIT_INTERRUPTED, err
     assert "Traceback" not in err

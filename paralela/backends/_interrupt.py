@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-__all__ = ["marking_sigint", "real_interrupt"]
+__all__ = ["marking_sigint", "real_interrupt", "sigterm_as_interrupt"]
 
 _seen = threading.Event()
 
@@ -46,3 +46,24 @@ def marking_sigint() -> Iterator[None]:
 def real_interrupt() -> bool:
     """Whether the ``KeyboardInterrupt`` being handled came from a real Ctrl-C."""
     return _seen.is_set() and threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (scancel, a supervisor) stops the work (ranks, trials, a job) as Ctrl-C does.
+
+    Raises ``KeyboardInterrupt`` in the main thread on SIGTERM while the block runs;
+    elsewhere than in the main thread it does nothing (signals reach only that one).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -21,17 +21,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from paralela.backends._interrupt import sigterm_as_interrupt
 from paralela.distributed._bootstrap import EXIT_PREFLIGHT
 from paralela.distributed._env import RankSpec, local_specs, slurm_spec
 from paralela.distributed._group import RankGroup, RankProcess
@@ -379,24 +377,3 @@ def _write_record(
     tmp = directory / f".{name}.tmp"
     tmp.write_text(json.dumps(record, indent=2))
     os.replace(tmp, directory / name)
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (scancel, a supervisor) stops the ranks (or cancels a job) as Ctrl-C does.
-
-    Raises ``KeyboardInterrupt`` in the main thread on SIGTERM while the block runs;
-    elsewhere than in the main thread it does nothing (signals reach only that one).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

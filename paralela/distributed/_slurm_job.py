@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TextIO
 
+from paralela.backends._interrupt import sigterm_as_interrupt
 from paralela.backends.slurm._commands import SlurmCommandError, cancel, run_command
 from paralela.backends.slurm._commands import submit_script as _sbatch
 from paralela.backends.slurm._options import parse_options
 from paralela.backends.slurm._options import valid_names as _backend_names
 from paralela.backends.slurm._state import JobState, StateReader, parse_scontrol
-from paralela.distributed._launcher import sigterm_as_interrupt
 from paralela.errors import ConfigError
 
 __all__ = [

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from paralela.backends._interrupt import sigterm_as_interrupt
 from paralela.errors import ConfigError, add_note
 from paralela.resources import Slot
 from paralela.sweeping._driver import Budget, check_budget, run_trials
@@ -282,22 +283,23 @@ def sweep(
         view = make_view(progress, f"sweep {name}", -1.0 if directions[0] == "maximize" else 1.0)
         t0 = time.time()
         try:
-            records, wall, busy = run_trials(
-                study=study,
-                distributions=space_.distributions(),
-                fixed=space_.fixed(),
-                objective=function,
-                command=command,
-                storage_spec=choice.spec,
-                slots=slots,
-                backend=pool,
-                budget=Budget(n_trials, timeout, max_failures),
-                already_counted=counted,
-                log_dir=root / "trials",
-                grace_period=grace_period,
-                on_change=view.update,
-                jobs=jobs,
-            )
+            with sigterm_as_interrupt():  # scancel, a supervisor: as Ctrl-C
+                records, wall, busy = run_trials(
+                    study=study,
+                    distributions=space_.distributions(),
+                    fixed=space_.fixed(),
+                    objective=function,
+                    command=command,
+                    storage_spec=choice.spec,
+                    slots=slots,
+                    backend=pool,
+                    budget=Budget(n_trials, timeout, max_failures),
+                    already_counted=counted,
+                    log_dir=root / "trials",
+                    grace_period=grace_period,
+                    on_change=view.update,
+                    jobs=jobs,
+                )
         except KeyboardInterrupt as exc:  # Ctrl-C: keep what ran, say how to go on
             interrupted = SweepResult(
                 study_name=name,
