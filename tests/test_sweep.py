@@ -210,7 +210,10 @@ def test_timeout_stops_starting_new_trials(
     ("kwargs", "message"),
     [
         ({}, "Give a trial budget (n_trials=, --trials) or a time budget"),
-        ({"n_trials": 0}, "n_trials must be a positive whole number, got 0"),
+        ({"n_trials": 0}, "n_trials must be a positive whole number (an int), got 0"),
+        ({"n_trials": 2.5}, "n_trials must be a positive whole number (an int), got 2.5"),
+        ({"n_trials": 3.0}, "n_trials must be a positive whole number (an int), got 3.0"),
+        ({"n_trials": True}, "n_trials must be a positive whole number (an int), got True"),
         ({"timeout": -1.0}, "timeout must be a positive number of seconds, got -1.0"),
         ({"n_trials": 2, "sampler": "bayes"}, "Unknown sampler 'bayes'; valid samplers are: "),
         ({"n_trials": 2, "pruner": "early"}, "Unknown pruner 'early'; valid pruners are: "),

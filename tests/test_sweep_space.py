@@ -450,6 +450,23 @@ def test_csv_ragged_row_names_its_line(tmp_path: Path) -> None:
         load_space(path)
 
 
+def test_csv_unterminated_quote_names_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "runs.csv", 'lr,act\n0.1,relu\n0.2,"tanh\n0.3,relu\n0.4,gelu\n')
+    with pytest.raises(ConfigError, match=r"runs.csv, line 3: a quote opened on this line is not"):
+        load_space(path)
+
+
+def test_csv_malformed_quote_names_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "runs.csv", 'lr,act\n0.1,relu\n0.2,"tanh"x\n')
+    with pytest.raises(ConfigError, match=r"runs.csv, line 3: .*double a quote"):
+        load_space(path)
+
+
+def test_csv_quoted_values_still_work(tmp_path: Path) -> None:
+    path = write(tmp_path, "runs.csv", 'a,b\n1,"x,y"\n2,"say ""hi"""\n')
+    assert load_space(path).configurations == ({"a": 1, "b": "x,y"}, {"a": 2, "b": 'say "hi"'})
+
+
 def test_csv_empty_cell_names_row_and_column(tmp_path: Path) -> None:
     path = write(tmp_path, "runs.csv", "a,b\n1,2\n3,\n")
     with pytest.raises(ConfigError, match=r"line 3 \(row 2\), column 2 \(b\): the value is empty"):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import numbers
 import os
 import queue
 import time
@@ -444,7 +445,11 @@ def check_budget(n_trials: int | None, timeout: float | None) -> None:
             "Give a trial budget (n_trials=, --trials) or a time budget (timeout=, "
             "--timeout), or both."
         )
-    if n_trials is not None and (isinstance(n_trials, bool) or n_trials < 1):
-        raise ConfigError(f"n_trials must be a positive whole number, got {n_trials!r}.")
+    whole = isinstance(n_trials, numbers.Integral) and not isinstance(n_trials, bool)
+    if n_trials is not None and (not whole or n_trials < 1):
+        raise ConfigError(
+            f"n_trials must be a positive whole number (an int), got {n_trials!r}; "
+            "round it yourself (the budget is a count of trials)."
+        )
     if timeout is not None and timeout <= 0:
         raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}.")

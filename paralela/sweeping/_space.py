@@ -26,7 +26,7 @@ import os
 import re
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import cached_property
@@ -762,9 +762,37 @@ def _cell(text: str) -> Any:
     return text
 
 
+def _csv_rows(text: str, path: Path) -> Iterator[tuple[int, list[str]]]:
+    """Each row with the line it starts on; a quote left open (which would swallow every
+    line after it into one value) or a malformed quote is an error naming that line."""
+    reader = csv.reader(io.StringIO(text), strict=True)
+    start = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            problem = str(exc)
+            if "unexpected end of data" in problem:  # the file ended inside a quote
+                problem = "a quote opened on this line is not closed before the end of the file"
+            raise ConfigError(
+                f'{path}, line {start}: {problem}; quote a value as "a,b" and double a '
+                'quote inside one ("say ""hi""").'
+            ) from None
+        if reader.line_num > start and any("\n" in cell or "\r" in cell for cell in row):
+            raise ConfigError(
+                f"{path}, line {start}: a quote opened on this line is not closed before "
+                f"line {reader.line_num} (or a value spans lines, which a configuration "
+                "cannot); close the quote."
+            )
+        yield start, row
+        start = reader.line_num + 1
+
+
 def _load_csv(text: str, path: Path) -> Space:
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
+    reader = _csv_rows(text, path)
+    header = next(reader, (1, []))[1]
     if not header or not any(h.strip() for h in header):
         raise ConfigError(
             f"{path} is empty; its first line must name the parameters (lr,batch_size,...) "
@@ -783,8 +811,7 @@ def _load_csv(text: str, path: Path) -> Space:
                 f"{path}, line 1, column {column} ({name!r}): {exc.problem}"
             ) from None
     rows: list[dict[str, Any]] = []
-    for row in reader:
-        line = reader.line_num
+    for line, row in reader:
         if not any(cell.strip() for cell in row):
             continue  # blank line
         if len(row) != len(names):
