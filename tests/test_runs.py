@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 import paralela
+from paralela import _files
+from paralela._files import TMP_PREFIX, atomic_write, create_exclusive
 from paralela.errors import FingerprintMismatchError, MapError, RunStoreError
-from paralela.runs import RunStore, StoredChunk, _atomic
-from paralela.runs._atomic import TMP_PREFIX, atomic_write, create_exclusive
+from paralela.runs import RunStore, StoredChunk
 from paralela.runs._fingerprint import digest_items, fingerprint_function
 
 IDENTITY = {"function": "f1"}
@@ -85,7 +86,7 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_no_temp(
     def broken_replace(src: object, dst: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(_atomic.os, "replace", broken_replace)
+    monkeypatch.setattr(_files.os, "replace", broken_replace)
     with pytest.raises(OSError, match="No space left"):
         atomic_write(target, b"new")
     assert target.read_bytes() == b"old"

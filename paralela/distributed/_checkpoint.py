@@ -1,6 +1,7 @@
 """Checkpoints a restarted group resumes from: rank 0 writes atomically, all ranks read.
 
-A rank killed mid-write never leaves a torn file: rank 0 writes ``path.tmp-<pid>``,
+A rank killed mid-write never leaves a torn file: rank 0 writes a temp file of a random
+name next to ``path`` (created with ``O_EXCL | O_NOFOLLOW``, :func:`paralela._files.replacing`),
 flushes it to disk and renames it over ``path`` (atomic on POSIX filesystems), then
 every rank passes a barrier, so none reads an older checkpoint than the one just saved.
 """
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from paralela._files import make_dirs, replacing
 from paralela.distributed._training import _torch, barrier, rank
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
@@ -29,16 +31,9 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike[str]) -> None
     torch = _torch()
     target = Path(path)
     if rank() == 0:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "wb") as fh:
-                torch.save(state, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        make_dirs(target.parent)
+        with replacing(target) as fh:
+            torch.save(state, fh)
     barrier()
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from paralela._files import atomic_write
 from paralela.backends._interrupt import sigterm_as_interrupt
 from paralela.distributed._bootstrap import EXIT_PREFLIGHT
 from paralela.distributed._env import RankSpec, local_specs, slurm_spec
@@ -374,6 +375,4 @@ def _write_record(
         "master": f"{specs[0].master_addr}:{specs[0].master_port}",
         "attempts": attempts,
     }
-    tmp = directory / f".{name}.tmp"
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, directory / name)
+    atomic_write(directory / name, json.dumps(record, indent=2).encode("utf-8"))

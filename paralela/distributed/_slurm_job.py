@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TextIO
 
+from paralela._files import open_new, temp_path
 from paralela.backends._interrupt import sigterm_as_interrupt
 from paralela.backends.slurm._commands import SlurmCommandError, cancel, run_command
 from paralela.backends.slurm._commands import submit_script as _sbatch
@@ -371,8 +372,9 @@ def run_job(
     reader = reader or StateReader()
     script_path.parent.mkdir(parents=True, exist_ok=True)
     output_pattern.parent.mkdir(parents=True, exist_ok=True)
-    pending = script_path.with_name(f".{script_path.name.replace('{job}', str(os.getpid()))}")
-    pending.write_text(script_text)
+    pending = temp_path(script_path, ".sbatch-")  # renamed once Slurm gives the job id
+    with open_new(pending) as f:
+        f.write(script_text.encode("utf-8"))
     started = time.monotonic()
     with sigterm_as_interrupt():
         try:

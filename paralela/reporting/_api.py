@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paralela._files import atomic_write
 from paralela.errors import ConfigError
 from paralela.reporting._find import FoundRun, find_runs
 from paralela.reporting._launch import load_launch
@@ -99,10 +100,10 @@ def write_report(
         page.parent.mkdir(parents=True, exist_ok=True)
         for image in (i for figs in figures for i in figs):
             file = page.parent / f"report-{image.name}.png"
-            _atomic(file, image.png)
+            atomic_write(file, image.png)
             written.append(file)
             names[id(image)] = file.name
-        _atomic(page, render_page(root, sections, figures, names, problems).encode("utf-8"))
+        atomic_write(page, render_page(root, sections, figures, names, problems).encode("utf-8"))
     except OSError as exc:
         raise ConfigError(
             f"Cannot write the report to {page.parent}: {exc.strerror or exc}. Pass "
@@ -197,9 +198,3 @@ def _draw(sections: list[Section], slugs: list[str]) -> tuple[list[list[Image]],
             )
         figures.append(drawn)
     return figures, []
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -43,10 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paralela._files import TMP_PREFIX, atomic_write, create_exclusive, make_dirs
 from paralela._version import __version__
 from paralela.backends._wire import dumps
 from paralela.errors import FingerprintMismatchError, RunStoreError
-from paralela.runs._atomic import TMP_PREFIX, atomic_write, create_exclusive
 from paralela.runs._fingerprint import Fingerprint, describe_changes
 
 __all__ = ["ChunkRecord", "RunStore", "StoredChunk"]
@@ -109,7 +109,7 @@ class RunStore:
             self._check_identity(existing)
             if not self.chunks_dir.is_dir():  # emptied by hand: nothing finished
                 with contextlib.suppress(OSError):  # read-only: nothing to read back
-                    self.chunks_dir.mkdir()
+                    make_dirs(self.chunks_dir)
         #: The directory cannot be written: finished chunks can still be read back.
         self.read_only = not os.access(self.path, os.W_OK)
 
@@ -119,7 +119,7 @@ class RunStore:
 
     def _make_directory(self) -> None:
         try:
-            self.chunks_dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.chunks_dir)
         except OSError as exc:
             raise RunStoreError(
                 f"Cannot create the run directory {self.path}: {exc.strerror}. "

@@ -3,7 +3,7 @@ compare, then rename it into place.
 
 ::
 
-    SRC/rel ──read──> hash ──write──> DEST/dir/.paralela-tmp.name
+    SRC/rel ──read──> hash ──write──> DEST/dir/.paralela-tmp.HOST-PID-RANDOM (O_EXCL|O_NOFOLLOW)
                                            │ read back, hash: same size and checksum?
                                            │   no:  delete it, copy once more, then fail
                                            ▼   yes: set mode and mtime, rename
@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from paralela._files import open_new, temp_path
 from paralela.errors import ConfigError
 from paralela.staging._manifest import TMP_PREFIX, Entry
 
@@ -106,7 +107,7 @@ def copy_file(
 
     Args:
         src: the file to read.
-        dst: the file to create (truncated if it exists).
+        dst: the file to create; nothing may be there yet (not even a symlink).
         algorithm: the checksum algorithm.
         stop: set when the stage is interrupted; checked between pieces.
         durable: ``fsync`` the copy before returning (copies made to the home
@@ -116,13 +117,14 @@ def copy_file(
         The number of bytes read, and their checksum.
 
     Raises:
-        OSError: ``src`` cannot be read or ``dst`` written.
+        OSError: ``src`` cannot be read or ``dst`` written (``FileExistsError``:
+            something is already at ``dst``).
         Stopped: ``stop`` was set.
     """
     digest = new_hash(algorithm)
     size = 0
     buf, view = _buffer()
-    with open(src, "rb", buffering=0) as fin, open(dst, "wb", buffering=0) as fout:
+    with open(src, "rb", buffering=0) as fin, open_new(dst, buffering=0) as fout:
         while n := fin.readinto(buf):
             if stop is not None and stop.is_set():
                 raise Stopped
@@ -215,12 +217,13 @@ def transfer(
         raise Stopped
     if up_to_date(job, known, algorithm):
         return Outcome(job.rel, "skipped", job.size)
-    head, name = os.path.split(job.dst)
-    tmp = os.path.join(head, TMP_PREFIX + name)
     reason, mismatch, installed = "", False, False
     size, mtime_ns, mode = job.size, job.mtime_ns, job.mode
+    tmp = ""
     try:
         for attempt in range(2):
+            _remove(tmp)  # the first try's copy, when it did not match
+            tmp = str(temp_path(job.dst, TMP_PREFIX))
             copied, checksum = copy_file(job.src, tmp, algorithm, stop, durable)
             st = os.stat(job.src)
             if copied != st.st_size or (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
@@ -251,6 +254,11 @@ def transfer(
         return Outcome(job.rel, "failed", size, reason=_describe(exc), fatal=fatal)
     finally:
         if not installed:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            _remove(tmp)
     return Outcome(job.rel, "failed", size, reason=reason, mismatch=mismatch)
+
+
+def _remove(path: str) -> None:
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

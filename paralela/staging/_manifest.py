@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from paralela._files import atomic_write
 from paralela.errors import ConfigError
-from paralela.runs._atomic import atomic_write
 from paralela.staging._result import StageError
 
 __all__ = [
@@ -53,7 +53,9 @@ __all__ = [
 
 MANIFEST_NAME = ".paralela-stage.jsonl"
 LOCK_NAME = ".paralela-stage.lock"
-TMP_PREFIX = ".paralela-tmp."  # a copy in progress: DIR/.paralela-tmp.NAME, renamed to DIR/NAME
+# A copy in progress: DIR/.paralela-tmp.HOST-PID-RANDOM (paralela._files.temp_path), renamed
+# to DIR/NAME once verified.
+TMP_PREFIX = ".paralela-tmp."
 VERSION = 1
 _LOCK_POLL_S = 0.1  # how often a waiting stage tries the lock again
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from paralela._files import make_dirs
 from paralela.backends._base import Backend, Broadcast, Capabilities
 from paralela.backends._wire import loads
 from paralela.backends.slurm._commands import (
@@ -315,7 +316,7 @@ class SlurmBackend(Backend):
         name = f"{stamp}-{socket.gethostname()}-{os.getpid()}-{next(_array_numbers)}"
         directory = self.options.job_dir() / name
         for sub in ("calls", "refs", "results", "logs", "tasks"):
-            (directory / sub).mkdir(parents=True, exist_ok=True)
+            make_dirs(directory / sub)  # never group- or world-writable: it holds pickles
         (directory / "sys_path.json").write_text(json.dumps([p or self._cwd for p in sys.path]))
         written: set[int] = set()
         for index, call in enumerate(calls):

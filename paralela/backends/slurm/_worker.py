@@ -28,12 +28,13 @@ import socket
 import sys
 import time
 import traceback
-import uuid
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-__all__ = ["REF_PREFIX", "TaskRef", "main", "task_dir", "write_atomic"]
+from paralela._files import atomic_write, make_dirs
+
+__all__ = ["REF_PREFIX", "TaskRef", "main", "task_dir"]
 
 REF_PREFIX = "paralela-ref:"
 # After asking for a requeue, Slurm stops this run within its KillWait (30 s by
@@ -58,20 +59,6 @@ class TaskRef:
 
 class _Requeued(BaseException):
     """Raised into the running function when the task has been requeued."""
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write through a temp file, fsync and rename (atomic on NFS and Lustre too)."""
-    tmp = path.with_name(f".tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def task_dir(job_dir: Path, task: int) -> Path:
@@ -128,7 +115,7 @@ def run_task(job_dir: Path, task: int) -> int:
     sys_path = json.loads((job_dir / "sys_path.json").read_text())
     sys.path[:0] = [p for p in sys_path if p not in sys.path]
     here = task_dir(job_dir, task)
-    here.mkdir(parents=True, exist_ok=True)
+    make_dirs(here)
     os.environ["PARALELA_TASK_DIR"] = str(here)
     restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
     _log(f"task {task} of {job_dir.name} on {socket.gethostname()} (restart {restarts})")
@@ -155,7 +142,7 @@ def run_task(job_dir: Path, task: int) -> int:
         data = dumps(record)
     except Exception as exc:
         data = dumps(_error_record(exc))
-    write_atomic(job_dir / "results" / f"{task}.pkl", data)
+    atomic_write(job_dir / "results" / f"{task}.pkl", data)
     _log(f"task {task} done ({record[0]})")
     return 0
 

@@ -1,0 +1,139 @@
+"""The one way paralela writes a file that must never be seen half-written.
+
+    replacing(path) ──open_new──> DIR/.tmp-HOST-PID-RANDOM   (O_EXCL | O_NOFOLLOW)
+                     write, flush, fsync
+                     rename ──────> DIR/name, fsync DIR;  any error: the temp file is deleted
+
+A reader sees either the old file or the whole new one, never a part; a crash leaves at
+most a temp file, which readers ignore by its prefix. Rename within one directory is
+atomic on local filesystems and on NFS, Lustre, GPFS and BeeGFS, so no lock is needed.
+
+Temp names carry a random part and are created with ``O_EXCL | O_NOFOLLOW``: someone who
+can write the directory cannot make paralela write through a symlink planted at a name
+it will use (creation fails instead), and ``rename`` replaces a symlink at the final name
+rather than following it. Directories paralela makes are never writable by group or
+others (:data:`DIR_MODE`, further narrowed by the umask): run directories and Slurm job
+directories hold pickles that the driver loads, so writing there means running code.
+
+This module imports nothing of paralela's: backends and capabilities both use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = [
+    "DIR_MODE",
+    "TMP_PREFIX",
+    "atomic_write",
+    "create_exclusive",
+    "make_dirs",
+    "open_new",
+    "replacing",
+    "temp_path",
+]
+
+TMP_PREFIX = ".tmp-"
+#: Mode of the directories paralela creates, before the umask: the owner alone writes.
+DIR_MODE = 0o755
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def temp_path(path: str | os.PathLike[str], prefix: str = TMP_PREFIX) -> Path:
+    """A fresh name next to ``path``: ``prefix``, host, pid and 128 random bits, so unique
+    across the hosts and processes sharing the directory and not guessable in advance."""
+    return Path(path).with_name(f"{prefix}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}")
+
+
+def open_new(path: str | os.PathLike[str], *, buffering: int = -1) -> BinaryIO:
+    """Create ``path`` and open it for writing; never opens something already there.
+
+    Raises:
+        FileExistsError: anything is at ``path``, a symlink (even a dangling one) too.
+    """
+    fd = os.open(path, _NEW_FILE, 0o666)
+    return os.fdopen(fd, "wb", buffering=buffering)
+
+
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str], prefix: str = TMP_PREFIX) -> Iterator[BinaryIO]:
+    """Write ``path`` through the file this yields: on leaving the block it is synced and
+    renamed over ``path``; if the block raises, the temp file is deleted and ``path`` is
+    left as it was."""
+    target = Path(path)
+    tmp = temp_path(target, prefix)
+    try:
+        with open_new(tmp) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _sync_dir(target.parent)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or pieces of it as they come) to ``path`` so that a crash
+    leaves the old file or the new one; on any error the temp file is removed."""
+    with replacing(path) as f:
+        if isinstance(data, bytes):
+            f.write(data)
+        else:
+            f.writelines(data)
+
+
+def create_exclusive(path: str | os.PathLike[str], data: bytes) -> bool:
+    """Create ``path`` with ``data`` unless it exists; ``False`` when another process won.
+
+    Uses ``link()`` of a complete temp file, which fails if the name exists: atomic on
+    NFS too, where ``O_EXCL`` once was not.
+    """
+    target = Path(path)
+    tmp = temp_path(target)
+    try:
+        with open_new(tmp) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    _sync_dir(target.parent)
+    return True
+
+
+def make_dirs(path: str | os.PathLike[str]) -> None:
+    """Create ``path`` and its missing parents with :data:`DIR_MODE` (narrowed by the
+    umask, never widened); directories already there are left as they are."""
+    missing: list[Path] = []
+    here = Path(path)
+    while not here.is_dir():
+        missing.append(here)
+        if here.parent == here:
+            break
+        here = here.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(DIR_MODE)
+        except FileExistsError:  # another process made it, or a file is in the way
+            if not directory.is_dir():
+                raise
