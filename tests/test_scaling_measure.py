@@ -8,8 +8,11 @@ machine's CPUs (hence ``oversubscribe=True``), and the tests do not load the mac
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -119,10 +122,17 @@ def test_counts_above_the_cpus_are_warned_about_before_running() -> None:
         assert [p.workers for p in result.points if p.in_fit] == [1, 2]
 
 
-def test_a_failing_target_names_the_count() -> None:
+def test_a_failing_target_names_the_count_and_keeps_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(ScalingError, match=r"raised RuntimeError at workers=2 warm-up") as info:
         measure(fails_at_two, [1, 2], repeats=1)
     assert isinstance(info.value.__cause__, RuntimeError)
+    [kept] = tmp_path.glob("paralela-scale-*")
+    assert info.value.__notes__ == [
+        f"The logs and run directories are kept in {kept}; delete it when done."
+    ]
 
 
 def test_bad_arguments_are_refused_before_running() -> None:
@@ -168,7 +178,7 @@ def test_a_command_that_fails_or_hangs_stops_the_measurement(tmp_path: Path) -> 
     hanging = [sys.executable, "-c", "import time; time.sleep(30)", "{workers}"]
     t0 = time.monotonic()
     with pytest.raises(ScalingError, match=r"did not finish within 0\.5 s"):
-        measure(hanging, [1, 2], repeats=1, timeout=0.5)
+        measure(hanging, [1, 2], repeats=1, timeout=0.5, run_dir=tmp_path / "b")
     assert time.monotonic() - t0 < 10
 
 
@@ -282,6 +292,27 @@ def test_cli_exit_codes(workdir: Path) -> None:
     assert failing.returncode == 1
     assert "exited with code 2" in failing.stderr
     assert "has no attribute 'missing'" in failing.stderr
+
+
+def test_cli_keeps_the_log_of_a_failed_run_where_the_message_points(
+    workdir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Without --run-dir the logs are in a temporary directory: a failure keeps it."""
+    tmp = tmp_path_factory.mktemp("tmpdir")
+    failing = subprocess.run(
+        [sys.executable, "-m", "paralela", "scale", "--workers", "1,2", "--repeats", "1",
+         "--", sys.executable, "-c", "import sys; print('bad input 42'); sys.exit(3)",
+         "{workers}"],
+        cwd=workdir, capture_output=True, text=True, timeout=100,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )  # fmt: skip
+    assert failing.returncode == 1, failing.stderr
+    found = re.search(r"Its log \((\S+\.log)\)", failing.stderr)
+    assert found, failing.stderr
+    log = Path(found.group(1))
+    assert log.is_relative_to(tmp)
+    assert "bad input 42" in log.read_text()
+    assert f"kept in {log.parent.parent}" in failing.stderr
 
 
 # -- the recording switch of paralela.map ------------------------------------------------

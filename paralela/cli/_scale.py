@@ -176,10 +176,8 @@ def scale_command(
         )
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
-    except ScalingError as exc:
-        fail(str(exc), EXIT_FAILED)
-    except ParalelaError as exc:
-        fail(str(exc), EXIT_FAILED)
+    except (ScalingError, ParalelaError) as exc:
+        fail("\n".join([str(exc), *getattr(exc, "__notes__", [])]), EXIT_FAILED)
     except KeyboardInterrupt:
         fail("Interrupted; nothing was saved.", EXIT_INTERRUPTED)
     if json_out:

@@ -28,7 +28,7 @@ from typing import Any
 from paralela._config import config
 from paralela._version import __version__
 from paralela.backends import keeping_pools
-from paralela.errors import ConfigError
+from paralela.errors import ConfigError, add_note
 from paralela.scaling._analysis import _oversubscription, analyse
 from paralela.scaling._command import CommandTarget
 from paralela.scaling._model import Caveat, RunRecord, ScalingError, ScalingResult
@@ -318,8 +318,8 @@ def _early_caveats(counts: list[int], usable: int, oversubscribe: bool) -> list[
 
 @contextlib.contextmanager
 def _workspace(out: Path | None) -> Iterator[Path]:
-    """The directory for logs and per-run map directories: ``out``, or a temporary one
-    removed afterwards."""
+    """The directory for logs and per-run map directories: ``out``, or a temporary one,
+    removed afterwards unless the measurement failed: its error points at a log in it."""
     if out is not None:
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -333,8 +333,13 @@ def _workspace(out: Path | None) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix="paralela-scale-"))
     try:
         yield tmp
-    finally:
+    except Exception as exc:
+        add_note(exc, f"The logs and run directories are kept in {tmp}; delete it when done.")
+        raise
+    except BaseException:  # Ctrl-C: nothing failed that a log would explain
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _run_all(
