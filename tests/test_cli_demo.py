@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -32,6 +33,8 @@ def report_sections(out: str) -> list[dict[str, object]]:
 
 def test_demo_prints_the_table_the_speedup_and_the_equality_check(tmp_path: Path) -> None:
     demo_dir = tmp_path / "demo"
+    tmpdir = tmp_path / "tmpdir"  # the demo's TMPDIR: it must leave nothing there
+    tmpdir.mkdir()
     proc = subprocess.run(
         [
             sys.executable,
@@ -50,8 +53,10 @@ def test_demo_prints_the_table_the_speedup_and_the_equality_check(tmp_path: Path
         capture_output=True,
         text=True,
         timeout=180,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
     )
     assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmpdir.iterdir()) == []
     out = proc.stdout
     for header in ("items", "serial s", "parallel s", "speed-up", "workers", "busy"):
         assert header in out

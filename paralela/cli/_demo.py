@@ -83,6 +83,10 @@ def demo(
     n = DEFAULT_ITEMS if items is None else items
     console = Console(highlight=False)
     directory = _demo_dir(run_dir)
+    # torch makes an (empty) compiler cache directory in TMPDIR when an optimizer is
+    # created, in the sweep's trials and the training's ranks; the demo keeps what it
+    # makes in its own directory instead, so that it leaves nothing in /tmp.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(directory / ".torch-cache"))
     console.print(
         f"[bold]paralela demo[/bold]: extracting features from {n} synthetic sensor "
         "recordings, serially and then in parallel..."

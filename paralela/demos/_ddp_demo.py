@@ -50,7 +50,8 @@ def run_ddp_demo(
     """Launch ``ranks`` processes that train the digits MLP together; wait for them.
 
     ``log_dir`` gets the ranks' logs and ``launch.json``; default: a fresh temporary
-    directory.
+    directory, which is kept (the result names it). Nothing else is left behind: the
+    ranks' result file goes to a temporary directory removed on return.
 
     Raises:
         RankFailedError / RendezvousError: a rank died or did not start (the message
@@ -68,18 +69,19 @@ def run_ddp_demo(
         if importlib.util.find_spec(module) is None:
             raise MissingExtraError(module, extra, "The training step of the demo")
     gpus_per_rank = 1 if len(detect().gpus) >= ranks else 0
-    work = Path(tempfile.mkdtemp(prefix="paralela-demo-ddp-"))
-    out = work / "result.json"
+    logs = log_dir or Path(tempfile.mkdtemp(prefix="paralela-demo-ddp-logs-"))
     started = time.monotonic()
-    result = launch(
-        ["paralela.demos._ddp_rank", "--epochs", str(epochs), "--out", str(out)],
-        module=True,
-        nproc=ranks,
-        gpus_per_rank=gpus_per_rank,
-        log_dir=log_dir or work / "logs",
-        console=io.BytesIO(),  # the demo prints a table; the ranks' lines are in the logs
-    )
-    data = json.loads(out.read_text())
+    with tempfile.TemporaryDirectory(prefix="paralela-demo-ddp-") as work:
+        out = Path(work) / "result.json"
+        result = launch(
+            ["paralela.demos._ddp_rank", "--epochs", str(epochs), "--out", str(out)],
+            module=True,
+            nproc=ranks,
+            gpus_per_rank=gpus_per_rank,
+            log_dir=logs,
+            console=io.BytesIO(),  # the demo prints a table; the ranks' lines are in the logs
+        )
+        data = json.loads(out.read_text())
     return DdpDemoResult(
         ranks=result.world_size,
         epochs=epochs,
