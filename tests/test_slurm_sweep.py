@@ -287,7 +287,7 @@ def test_a_sweep_packed_in_one_allocation_runs_one_trial_per_granted_gpu(
     assert most_at_once([span for spans in by_device.values() for span in spans]) == 2
 
     # The results are in the run directory, and --json printed them (alone) on stdout.
-    run_dir = tmp_path / "paralela-runs" / "trial"
+    (run_dir,) = (tmp_path / "paralela-runs").glob("trial-*")
     trials = json.loads(out)
     assert trials == json.loads((run_dir / "trials.json").read_text())
     assert trials["slots"] == 2

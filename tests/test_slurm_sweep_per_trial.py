@@ -24,6 +24,7 @@ from sweep_helpers import write_script as write_trial
 
 import paralela
 from paralela.backends.slurm._state import JobState
+from paralela.cli._errors import EXIT_FAILED
 from paralela.errors import ConfigError
 from paralela.sweeping._report import ENV_REPORT_FILE, report
 from paralela.sweeping._slurm_trials import (
@@ -212,10 +213,13 @@ def cli(
     )  # fmt: skip
 
 
-def trials_of(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
-    """The trials a sweep started by :func:`cli` printed, once it exited 0."""
+def trials_of(proc: subprocess.Popen[str], returncode: int = 0) -> list[dict[str, Any]]:
+    """The trials a sweep started by :func:`cli` printed, once it exited ``returncode``
+    (1: every trial failed)."""
     out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err
+    assert proc.returncode == returncode, err
+    if returncode:
+        assert "every trial failed" in err
     trials: list[dict[str, Any]] = json.loads(out)["trials"]
     return trials
 
@@ -322,7 +326,7 @@ def test_a_failed_job_is_recorded_with_its_state_and_log(
     (tmp_path / "space.yaml").write_text(SPACE)
     trial = write_trial(tmp_path, "fails.py", 'print("about to fail", flush=True)\nsys.exit(3)\n')
     proc = cli(tmp_path, "--trials", "1", "--", PYTHON, str(trial), env=trial_env(tmp_path, 0))
-    (failed,) = trials_of(proc)
+    (failed,) = trials_of(proc, returncode=EXIT_FAILED)
     assert failed["state"] == "FAIL"
     assert failed["exit_code"] == 3
     job = job_ids(tmp_path / "run")[0]
@@ -344,7 +348,7 @@ def test_a_timed_out_job_ends_its_trial_instead_of_leaving_the_driver_waiting(
         tmp_path, "--trials", "1", "--slurm-additional", "time=0:05", "--", PYTHON, str(trial),
         env=trial_env(tmp_path, 0),
     )  # fmt: skip
-    (timed_out,) = trials_of(proc)
+    (timed_out,) = trials_of(proc, returncode=EXIT_FAILED)
     assert timed_out["state"] == "FAIL"
     assert timed_out["intermediate"] == {"0": 1.0}  # what it reported before is kept
     job = job_ids(tmp_path / "run")[0]

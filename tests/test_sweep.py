@@ -12,6 +12,7 @@ import csv
 import itertools
 import json
 import math
+import re
 import socket
 import time
 from concurrent.futures import Future
@@ -397,7 +398,8 @@ def test_the_default_storage_is_sqlite_in_the_run_directory(tmp_path: Path) -> N
     assert result.storage == f"sqlite:///{database}"
     assert database.is_file()
     study = optuna.load_study(study_name=result.study_name, storage=result.storage)
-    assert result.study_name == "quadratic"  # named after the function
+    # named after the function, and a hash of the objective and space
+    assert re.fullmatch(r"quadratic-[0-9a-f]{8}", result.study_name)
     assert [t.value for t in study.trials] == [t.value for t in result.trials]
     assert [t.params for t in study.trials] == [t.params for t in result.trials]
 
@@ -419,7 +421,7 @@ def test_journal_storage(tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "study.db").exists()
     from paralela.sweeping._study import open_storage
 
-    study = optuna.load_study(study_name="reporting", storage=open_storage(result.storage))
+    study = optuna.load_study(study_name=result.study_name, storage=open_storage(result.storage))
     assert [t.value for t in study.trials] == [t.value for t in result.trials]
     # the workers wrote the intermediate values to the journal themselves
     assert all(len(t.intermediate_values) == 3 for t in study.trials)

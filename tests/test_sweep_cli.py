@@ -113,7 +113,7 @@ def test_a_function_sweep_with_json_output(tmp_path: Path, space: Path) -> None:
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)  # only JSON on stdout
     assert result == json.loads((tmp_path / "out" / "trials.json").read_text())
-    assert result["study_name"] == "score"
+    assert result["study_name"].startswith("score-")
     assert len(result["trials"]) == 4
     values = [t["value"] for t in result["trials"]]
     assert values == [(t["params"]["x"] - 1.0) ** 2 for t in result["trials"]]

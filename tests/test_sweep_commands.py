@@ -380,7 +380,8 @@ def test_a_sweep_stopped_by_failures_stops_its_running_trials_and_requeues_them(
     (sleeping,) = [n for n in notes(record, "ran") if n["mode"] == "sleep"]
     poll(lambda: pid_gone(sleeping["pid"]), timeout=10, what="the running trial to stop")
 
-    study = optuna.load_study(study_name="stop", storage=f"sqlite:///{run_dir / 'study.db'}")
+    (name,) = optuna.get_all_study_names(f"sqlite:///{run_dir / 'study.db'}")
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{run_dir / 'study.db'}")
     by_number = {t.number: t for t in study.trials}
     assert by_number[1].state == TrialState.FAIL  # the crash
     assert by_number[0].state == TrialState.FAIL

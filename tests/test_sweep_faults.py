@@ -200,7 +200,8 @@ def test_a_sweep_whose_every_trial_fails_exits_1_with_the_first_error(tmp_path: 
     assert "No such file or directory" in done.stderr  # the tail of the trial's log
     assert "trial-00000.log" in done.stderr
     assert "Traceback" not in done.stderr
-    listed = strict_json(tmp_path / "paralela-runs" / "nosuch" / "trials.json")["trials"]
+    (run_dir,) = (tmp_path / "paralela-runs").glob("nosuch-*")
+    listed = strict_json(run_dir / "trials.json")["trials"]
     assert [t["state"] for t in listed] == ["FAIL"] * 4
 
 

@@ -259,11 +259,11 @@ def test_sweep_databases_use_wal_and_leave_no_side_files(tmp_path: Path) -> None
     run_dir = tmp_path / "run"
     space = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
     # reporting: its workers write its reports to the database
-    paralela.sweep(reporting, space, n_trials=3, workers=2, run_dir=run_dir, plots=False)
+    result = paralela.sweep(reporting, space, n_trials=3, workers=2, run_dir=run_dir, plots=False)
     leftovers = sorted(p.name for p in run_dir.iterdir() if p.name.startswith("study.db-"))
     assert leftovers == []  # the sweep closed its database: the WAL is folded in
     assert journal_mode(run_dir / "study.db") == "wal"
-    study = optuna.load_study(study_name="reporting", storage=url(run_dir / "study.db"))
+    study = optuna.load_study(study_name=result.study_name, storage=url(run_dir / "study.db"))
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(complete) == 3
     assert all(len(t.intermediate_values) == 3 for t in complete)

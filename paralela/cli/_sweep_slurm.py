@@ -85,16 +85,6 @@ def trial_job_options(params: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _study_name(study: str | None, function: str | None, command: list[str]) -> str:
-    """The name the sweep would pick itself (``paralela.sweep``'s rule), made explicit."""
-    if study:
-        return study
-    if function:
-        return function.rpartition(":")[2] or "sweep"
-    scripts = [a for a in command if a.endswith(".py")]
-    return Path(scripts[0] if scripts else command[0]).stem or "sweep"
-
-
 def submit(
     ctx: typer.Context,
     command: list[str],
@@ -107,6 +97,7 @@ def submit(
     from paralela.backends.slurm._commands import SlurmCommandError
     from paralela.cli._launch import slurm_additional_options
     from paralela.sweeping import SweepError
+    from paralela.sweeping._identity import identify
     from paralela.sweeping._slurm import submit_sweep
     from paralela.sweeping._space import as_space
 
@@ -115,10 +106,11 @@ def submit(
         fail("give the trial command after '--' (or --function MODULE:FUNC).", EXIT_USAGE)
     space = params["space"]
     try:
-        as_space(space)  # a broken space fails here, not after waiting in the queue
+        space_ = as_space(space)  # a broken space fails here, not after waiting in the queue
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
-    name = _study_name(study, function, command)
+    # The name the sweep would pick itself (paralela.sweep's rule), made explicit.
+    name = study or identify(function, command or None, space_).default_name
     root = run_dir if run_dir is not None else Path("paralela-runs") / name
     args = ["--space", str(space)]
     if function is not None:

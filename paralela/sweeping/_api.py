@@ -13,6 +13,7 @@ from paralela.backends._interrupt import sigterm_as_interrupt
 from paralela.errors import ConfigError, add_note
 from paralela.resources import Slot
 from paralela.sweeping._driver import Budget, check_budget, run_trials
+from paralela.sweeping._identity import check_identity, check_run_dir, identify
 from paralela.sweeping._outputs import records_from_study, write_outputs
 from paralela.sweeping._results import SweepResult
 from paralela.sweeping._space import Space, as_space
@@ -34,13 +35,6 @@ __all__ = ["sweep"]
 
 CONFIGS_ATTR = "paralela:configurations_enqueued"
 DIRECTIONS = ("minimize", "maximize")
-
-
-def _study_name(objective: Any, command: Sequence[str] | None) -> str:
-    if command is not None:
-        scripts = [a for a in command if a.endswith(".py")]
-        return Path(scripts[0] if scripts else command[0]).stem or "sweep"
-    return str(getattr(objective, "__name__", "sweep")).strip("<>") or "sweep"
 
 
 def _slots(
@@ -159,7 +153,13 @@ def sweep(
             ``"hyperband"``, or an Optuna pruner. A pruned command is stopped with
             SIGTERM, then SIGKILL after ``grace_period`` seconds.
         run_dir: the sweep's directory (database, one log per trial, exports, plots);
-            default ``paralela-runs/<study name>``. Running again continues the sweep.
+            default ``paralela-runs/<study name>``. Running again continues the sweep;
+            a run directory that holds another sweep (another objective or space) is
+            refused, unless ``study_name`` is given.
+        study_name: default ``<function or script name>-<8 hex digits>``, the digits
+            hashing the objective and the space, so that two sweeps of functions both
+            called ``objective`` never share a study. Continuing a study made for
+            another objective or space is refused unless it is named here.
         storage: a database URL (``postgresql://...``) shared by several nodes, or
             ``journal:PATH``; default SQLite in ``run_dir`` (journal file on NFS & co).
         workers: at most this many trials at once (default: one per slot).
@@ -205,7 +205,9 @@ def sweep(
             f"objective must be a function or a command (a list of strings), got "
             f"{type(objective).__name__}."
         )
-    name = study_name or _study_name(function, command)
+    space_ = as_space(space)
+    identity = identify(function, command, space_)
+    name = study_name or identity.default_name
     if backend == "slurm":
         command, function = _as_job_command(function, command), None
         _local_only(gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory)
@@ -216,7 +218,6 @@ def sweep(
             "backend_options are the Slurm jobs' options: add backend='slurm' (one job per "
             "trial), or leave them out."
         )
-    space_ = as_space(space)
     directions = [direction] if isinstance(direction, str) else list(direction)
     for d in directions:
         if d not in DIRECTIONS:
@@ -266,9 +267,15 @@ def sweep(
 
             pool = ProcessBackend(slots=slots)
         database = open_storage(choice.spec, wal=storage is None)
+        if storage is None and study_name is None:
+            check_run_dir(database, root, name, identity)
         study = _open_study(
             optuna, database, name, choice.spec, sampler_obj, pruner_obj, directions
         )
+        changed = check_identity(study, identity, named=study_name is not None)
+        if changed:
+            notes.append(changed)
+            print(f"paralela sweep: {changed}", file=sys.stderr)
         recovered = recover_interrupted(study)
         if recovered:
             notes.append(f"re-running trials interrupted when a driver died: {recovered}")

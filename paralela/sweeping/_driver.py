@@ -439,14 +439,15 @@ def _last_error(records: list[TrialRecord]) -> str:
     return "(no error text)"
 
 
-def check_budget(n_trials: int | None, timeout: float | None) -> None:
+def check_budget(n_trials: object, timeout: float | None) -> None:
     if n_trials is None and timeout is None:
         raise ConfigError(
             "Give a trial budget (n_trials=, --trials) or a time budget (timeout=, "
             "--timeout), or both."
         )
-    whole = isinstance(n_trials, numbers.Integral) and not isinstance(n_trials, bool)
-    if n_trials is not None and (not whole or n_trials < 1):
+    if n_trials is not None and (
+        isinstance(n_trials, bool) or not isinstance(n_trials, numbers.Integral) or n_trials < 1
+    ):
         raise ConfigError(
             f"n_trials must be a positive whole number (an int), got {n_trials!r}; "
             "round it yourself (the budget is a count of trials)."
