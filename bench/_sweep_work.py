@@ -1,6 +1,6 @@
 """Objectives for the sweep benchmark (``bench_sweep.py``), and a command-trial script.
 
-Two objectives, as in the anchors (``/work/shared/anchors/peers-2core-sweep-serve.md``):
+Two objectives, as in the peers' anchor figures for sweeps (measured on 2 cores):
 
 - ``sleep``: ``time.sleep(seconds)``;
 - ``cpu``: a pure-Python LCG loop that runs until *its own thread* has used ``seconds``

@@ -7,7 +7,7 @@ Workloads (2 workers everywhere):
   (c) 2,000 distinct 1 MiB float64 arrays -> sum -> arrays per second
   (d) start-up of a fresh interpreter            -> import, ready (first 2 no-op tasks), wall
 
-Method (mirrors /work/shared/anchors/peers-2core.md): every engine runs in its own fresh
+Method (mirrors the peers' anchor figures on a 2-core machine): every engine runs in its own fresh
 child process, one after another, is started and warmed up with one full run, then timed
 best-of-N and median (N=5 where cheap, 3 where a repetition takes seconds). Start-up is
 excluded from (a)-(c) and is all of (d).
@@ -969,7 +969,10 @@ def _header(args: argparse.Namespace, workloads: Sequence[str], sizes: dict[str,
         + (f" --only {','.join(workloads)}" if args.only else "")
         + (f" --reps {args.reps}" if args.reps else "")
         + (" --quick" if args.quick else "")
-        + "`. Peers' set-up follows `/work/shared/anchors/peers-2core.md`.",
+        + "`. Peers' set-up follows the peers' anchor figures, measured on this kind of "
+        + "machine (2 vCPUs): 2 workers everywhere (`Pool(2)` and `ProcessPoolExecutor(2)` "
+        + "with fork, joblib loky, Dask `LocalCluster` 2x1, `ray.init(num_cpus=2)`), each "
+        + "engine alone in a fresh child process.",
         "",
         "## Machine and versions",
         "",

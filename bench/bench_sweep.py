@@ -5,7 +5,7 @@ What it measures: scheduling overhead and slot utilisation. 200 trials of 0.5 s 
 ``sleep`` (``time.sleep(0.5)``) and ``cpu`` (a pure-Python loop until its own thread has
 used 0.5 s of CPU, so trials sharing one GIL take twice as long).
 
-Method (mirrors part 1 of /work/shared/anchors/peers-2core-sweep-serve.md): every run
+Method (mirrors the peers' anchor figures for sweeps on a 2-core machine): every run
 is alone in its own fresh child process, one after another, once. ``wall`` times only
 the sweep call (``study.optimize``, ``tuner.fit``, ``pool.map``, ``paralela.sweep``);
 start-up (``create_study``, ``ray.init``, pool warm-up, spawning processes) and
@@ -1159,7 +1159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (f" --objective {args.objective}" if args.objective != "sleep,cpu" else "")
         + (f" --ray-trials {args.ray_trials}" if args.ray_trials else "")
         + (f" --ray-budget {args.ray_budget:g}" if args.ray_budget else "")
-        + "`. Peers' set-up follows part 1 of `/work/shared/anchors/peers-2core-sweep-serve.md`.",
+        + "`. Peers' set-up follows the peers' anchor figures, measured on this kind of "
+        + "machine (2 vCPUs): 200 trials of 0.5 s on 2 slots, each run alone in a fresh "
+        + "child process, once.",
         "## Machine and versions\n\n"
         + "\n".join(machine_lines(PACKAGES))
         + f"\n- paralela import: {_paralela_state()}",
