@@ -147,7 +147,7 @@ def test_a_symlink_at_the_temp_name_is_never_followed(
     """Make the random part known in advance (as an attacker would need), plant a link."""
     write, rel, prefix = WRITERS[name]
     fixed = uuid.UUID(int=7)
-    monkeypatch.setattr(_files.uuid, "uuid4", lambda: fixed)
+    monkeypatch.setattr(uuid, "uuid4", lambda: fixed)
     victim = tmp_path / "victim"
     victim.write_bytes(VICTIM)
     d = tmp_path / "d"
