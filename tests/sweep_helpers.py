@@ -360,3 +360,10 @@ def interrupts(params: dict[str, Any]) -> float:
     if params["x"] > 0:
         raise KeyboardInterrupt("the objective gave up")
     return float(params["x"] ** 2)
+
+
+def hangs_above_zero(params: dict[str, Any]) -> float:
+    """A trial that hangs (a deadlocked data loader) for x > 0; quick otherwise."""
+    if params["x"] > 0:
+        time.sleep(600)
+    return float(params["x"] ** 2)

@@ -24,6 +24,7 @@ from sweep_helpers import command, write_script
 
 import paralela
 from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED
+from paralela.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -277,3 +278,98 @@ def test_ctrl_c_says_how_to_resume_and_keeps_the_trials(tmp_path: Path, sig: int
     listed = strict_json(tmp_path / "run" / "trials.json")["trials"]
     assert listed, "trials.json lists no trial"
     assert (tmp_path / "run" / "trials.csv").exists()
+
+
+# -- per-trial timeout ----------------------------------------------------------------
+
+# A command that hangs for x > 0, with a child of its own (a data loader worker) that
+# must go with it: its pid is written to <x>.child.
+HANGING_TRIAL = """\
+import subprocess, time
+x = paralela.current_params()["x"]
+if x > 0:
+    child = subprocess.Popen(["sleep", "600"])
+    note("child", pid=child.pid)
+    time.sleep(600)
+paralela.report(x * x)
+"""
+
+
+def test_a_hanging_command_trial_is_stopped_with_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = tmp_path / "notes.jsonl"
+    monkeypatch.setenv(sweep_helpers.RECORD_VARIABLE, str(record))
+    script = write_script(tmp_path, "train.py", HANGING_TRIAL)
+    started = time.monotonic()
+    result = paralela.sweep(
+        command(script),
+        SPACE,
+        n_trials=6,
+        workers=2,
+        seed=3,
+        trial_timeout=2.0,
+        grace_period=1.0,
+        run_dir=tmp_path / "run",
+        progress=False,
+    )
+    assert time.monotonic() - started < 60
+    hung = [t for t in result.trials if t.params["x"] > 0]
+    assert hung
+    assert {t.state for t in hung} == {"FAIL"}
+    assert all(t.error is not None and "timed out after 2 s" in t.error for t in hung)
+    assert all(t.duration is not None and 2.0 <= t.duration < 10 for t in hung)
+    assert {t.state for t in result.trials if t.params["x"] <= 0} == {"COMPLETE"}
+    children = sweep_helpers.notes(record, "child")
+    assert len(children) == len(hung)
+    for child in children:  # the trial's process group went, its children too
+        assert sweep_helpers.pid_gone(child["pid"])
+
+
+def test_a_hanging_function_trial_is_stopped_and_its_worker_replaced(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = paralela.sweep(
+        sweep_helpers.hangs_above_zero,
+        SPACE,
+        n_trials=6,
+        workers=2,
+        seed=3,
+        trial_timeout=2.0,
+        run_dir=tmp_path / "run",
+        progress=False,
+    )
+    assert time.monotonic() - started < 60
+    hung = [t for t in result.trials if t.params["x"] > 0]
+    assert hung
+    assert all(t.state == "FAIL" and "timed out after 2 s" in (t.error or "") for t in hung)
+    assert {t.state for t in result.trials if t.params["x"] <= 0} == {"COMPLETE"}
+    assert len(result.trials) == 6  # the sweep went on with fresh workers
+
+
+@pytest.mark.parametrize("value", [0, -1.0, "10", True])
+def test_a_bad_trial_timeout_is_refused(tmp_path: Path, value: Any) -> None:
+    with pytest.raises(ConfigError, match="trial_timeout must be"):
+        paralela.sweep(diverging, SPACE, n_trials=1, trial_timeout=value, run_dir=tmp_path)
+
+
+def test_the_trial_timeout_is_each_slurm_jobs_time_limit() -> None:
+    from paralela.sweeping._api import _with_time_limit
+
+    assert _with_time_limit(None, 90)["timeout_min"] == 2
+    assert _with_time_limit({"slurm_partition": "gpu"}, 30) == {
+        "slurm_partition": "gpu",
+        "timeout_min": 1,
+    }
+    with pytest.raises(ConfigError, match="give one"):
+        _with_time_limit({"timeout_min": 5}, 600)
+
+
+def test_trial_timeout_on_the_command_line(tmp_path: Path) -> None:
+    script = write_script(tmp_path, "train.py", SLOW_TRIAL)
+    done = sweep_cli(
+        tmp_path, "--trials", "4", "--seed", "3", "--trial-timeout", "1.5", "--",
+        *command(script),
+    )  # fmt: skip
+    assert done.returncode == EXIT_FAILED, done.stderr  # every trial hung: none completed
+    assert "every trial failed (4 of 4)" in done.stderr
+    assert "timed out after 1.5 s" in done.stderr

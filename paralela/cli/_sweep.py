@@ -103,6 +103,14 @@ def sweep(
     max_failures: Annotated[
         int | None, typer.Option(min=0, help="Stop once more trials than this failed.")
     ] = None,
+    trial_timeout: Annotated[
+        float | None,
+        typer.Option(
+            metavar="S",
+            help="Stop a trial still running after S seconds (recorded as failed); "
+            "per-trial Slurm jobs get it as their time limit.",
+        ),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     progress: Annotated[
         bool | None, typer.Option("--progress/--no-progress", help="Live table.")
@@ -214,6 +222,7 @@ def sweep(
             trials_per_gpu=trials_per_gpu,
             min_free_gpu_memory=min_free_gpu_memory,
             max_failures=max_failures,
+            trial_timeout=trial_timeout,
             seed=seed,
             progress=progress,
             plots=plots,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -35,6 +36,18 @@ __all__ = ["sweep"]
 
 CONFIGS_ATTR = "paralela:configurations_enqueued"
 DIRECTIONS = ("minimize", "maximize")
+
+
+def _with_time_limit(options: Mapping[str, Any] | None, seconds: float) -> dict[str, Any]:
+    """The trials' job options with ``trial_timeout`` as their time limit (whole minutes)."""
+    minutes = max(1, math.ceil(seconds / 60))
+    given = dict(options or {})
+    if given.get("timeout_min") not in (None, minutes):
+        raise ConfigError(
+            f"trial_timeout={seconds:g} s sets each trial's job's time limit ({minutes} min), "
+            f"but backend_options also give timeout_min={given['timeout_min']}; give one."
+        )
+    return {**given, "timeout_min": minutes}
 
 
 def _slots(
@@ -126,6 +139,7 @@ def sweep(
     trials_per_gpu: int = 1,
     min_free_gpu_memory: float | None = None,
     max_failures: int | None = None,
+    trial_timeout: float | None = None,
     seed: int | None = None,
     progress: bool | None = None,
     grace_period: float = 5.0,
@@ -168,6 +182,12 @@ def sweep(
         min_free_gpu_memory: skip GPUs with less free memory (GiB) than this.
         max_failures: stop once more trials than this failed (:class:`SweepError`); the
             trials still running are stopped and queued again for the next run.
+        trial_timeout: seconds one trial may run; a trial still running then is
+            stopped (a command's process group: SIGTERM, then SIGKILL after
+            ``grace_period``; a function trial: its worker is killed and replaced) and
+            recorded as failed, "timed out after S s". Per-trial Slurm jobs get it as
+            their time limit (``--time``, in whole minutes). ``timeout`` is the whole
+            run's budget: the trials running when it ends finish.
         seed: the sampler's seed.
         progress: show the live table (default: on a terminal).
         plots: draw the PNG plots into ``run_dir/plots`` at the end (needs matplotlib;
@@ -240,6 +260,13 @@ def sweep(
         check_command(command, space_.names)
     if max_failures is not None and max_failures < 0:
         raise ConfigError(f"max_failures must be 0 or more, got {max_failures!r}.")
+    if trial_timeout is not None:
+        if isinstance(trial_timeout, bool) or not isinstance(trial_timeout, (int, float)):
+            raise ConfigError(f"trial_timeout must be a number of seconds, got {trial_timeout!r}.")
+        if not trial_timeout > 0:
+            raise ConfigError(f"trial_timeout must be more than 0 seconds, got {trial_timeout!r}.")
+        if backend == "slurm":
+            backend_options = _with_time_limit(backend_options, trial_timeout)
 
     optuna = _optuna()
     sampler_obj = make_sampler(sampler, seed=seed, grid=grid) if sampler_name else sampler
@@ -300,7 +327,7 @@ def sweep(
                     storage_spec=choice.spec,
                     slots=slots,
                     backend=pool,
-                    budget=Budget(n_trials, timeout, max_failures),
+                    budget=Budget(n_trials, timeout, max_failures, trial_timeout),
                     already_counted=counted,
                     log_dir=root / "trials",
                     grace_period=grace_period,

@@ -77,6 +77,11 @@ class Budget:
     n_trials: int | None
     timeout: float | None
     max_failures: int | None
+    trial_timeout: float | None = None  # seconds one trial may run (Slurm: its --time)
+
+
+class _Overdue(Exception):
+    """A trial stopped for running longer than ``trial_timeout``; the text is the reason."""
 
 
 class _Running:
@@ -243,6 +248,29 @@ def run_trials(
                 following = take()
                 standby[slot.index] = (following, start_command(following, slot, gated=True))
 
+    timed_out: dict[int, str] = {}  # function trials stopped for time: number -> reason
+
+    def stop_overdue() -> None:
+        """Stop the trials that ran longer than ``trial_timeout``: a command's process
+        group gets SIGTERM, then SIGKILL after the grace period; a function trial's
+        worker is killed and replaced. Slurm jobs have it as their time limit."""
+        limit = budget.trial_timeout
+        if limit is None:
+            return
+        now = time.time()
+        for number, run in list(running.items()):
+            started = run.record.started
+            if started is None or now - started < limit or number in timed_out:
+                continue
+            reason = f"timed out after {limit:g} s (trial_timeout)"
+            if isinstance(run.handle, CommandTrial):
+                if run.handle.failed is None and not run.handle.pruned:
+                    run.handle.failed = reason
+                    run.handle.terminate(grace_period)
+            elif backend is not None:
+                timed_out[number] = reason
+                backend.cancel([run.handle])
+
     def finish(run: _Running, outcome: TrialOutcome) -> None:
         nonlocal failures, busy
         problem = non_finite(outcome.values or []) if outcome.state == "COMPLETE" else None
@@ -334,6 +362,7 @@ def run_trials(
             on_change(records, [r.record for r in running.values()])
             if not running or failed_too_often():  # a broken sweep stops at once
                 break
+            stop_overdue()
             try:
                 event = events.get(timeout=TICK_SECONDS)
             except queue.Empty:
@@ -344,16 +373,22 @@ def run_trials(
                 if kind == "done":
                     run = running[event[1]]
                     future = event[2]
+                    overdue = timed_out.pop(run.trial.number, None)
                     try:
+                        if overdue is not None:  # stopped by stop_overdue: cancelled
+                            raise _Overdue(overdue)
                         outcome = future.result()
-                    except Exception as exc:  # the worker died or the trial could not run
+                    except Exception as exc:  # the worker died, the trial could
+                        why = str(exc)  # not run, or it ran out of time
+                        if not isinstance(exc, _Overdue):
+                            why = f"{type(exc).__name__}: {why}"
                         outcome = TrialOutcome(
                             run.trial.number,
                             "FAIL",
                             None,
                             run.record.started or time.time(),
                             time.time(),
-                            f"{type(exc).__name__}: {exc}",
+                            why,
                         )
                     finish(run, outcome)
                 elif kind == "report":
