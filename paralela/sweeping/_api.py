@@ -10,9 +10,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from paralela._files import make_dirs
 from paralela.backends._interrupt import sigterm_as_interrupt
 from paralela.errors import ConfigError, add_note
 from paralela.resources import Slot
+from paralela.sweeping._disk import storage_errors
 from paralela.sweeping._driver import Budget, check_budget, run_trials
 from paralela.sweeping._identity import check_identity, check_run_dir, identify
 from paralela.sweeping._outputs import records_from_study, write_outputs
@@ -272,112 +274,117 @@ def sweep(
     sampler_obj = make_sampler(sampler, seed=seed, grid=grid) if sampler_name else sampler
     pruner_obj = make_pruner(pruner) if pruner is None or isinstance(pruner, str) else pruner
     root = Path(run_dir) if run_dir is not None else Path("paralela-runs") / name
-    (root / "trials").mkdir(parents=True, exist_ok=True)
-    notes: list[str] = []
-    choice = choose_storage(root, storage)
-    if choice.note:
-        notes.append(choice.note)
-        print(f"paralela sweep: {choice.note}", file=sys.stderr)
-    jobs = None
-    if backend == "slurm":
-        from paralela.sweeping._slurm_trials import DEFAULT_JOBS, SlurmTrials
+    with storage_errors(root):  # a full disk, a read-only run directory: one paragraph
+        make_dirs(root / "trials")
+        notes: list[str] = []
+        choice = choose_storage(root, storage)
+        if choice.note:
+            notes.append(choice.note)
+            print(f"paralela sweep: {choice.note}", file=sys.stderr)
+        jobs = None
+        if backend == "slurm":
+            from paralela.sweeping._slurm_trials import DEFAULT_JOBS, SlurmTrials
 
-        jobs = SlurmTrials(backend_options, ledger=root / "slurm-trials.jsonl")
-        slots = [Slot("", (), index=i) for i in range(workers or DEFAULT_JOBS)]
-    else:
-        slots = _slots(workers, gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory, notes)
-    pool = None
-    database = None
-    try:
-        if function is not None:  # the workers boot while the database opens
-            from paralela.backends._processes import ProcessBackend
-
-            pool = ProcessBackend(slots=slots)
-        database = open_storage(choice.spec, wal=storage is None)
-        if storage is None and study_name is None:
-            check_run_dir(database, root, name, identity)
-        study = _open_study(
-            optuna, database, name, choice.spec, sampler_obj, pruner_obj, directions
-        )
-        changed = check_identity(study, identity, named=study_name is not None)
-        if changed:
-            notes.append(changed)
-            print(f"paralela sweep: {changed}", file=sys.stderr)
-        recovered = recover_interrupted(study)
-        if recovered:
-            notes.append(f"re-running trials interrupted when a driver died: {recovered}")
-        if space_.configurations is not None and not study.user_attrs.get(CONFIGS_ATTR):
-            for configuration in space_.configurations:
-                study.enqueue_trial(dict(configuration))
-            study.set_user_attr(CONFIGS_ATTR, True)
-        counted = _counted(study)
-
-        from paralela.sweeping._live import make_view
-
-        view = make_view(progress, f"sweep {name}", -1.0 if directions[0] == "maximize" else 1.0)
-        t0 = time.time()
+            jobs = SlurmTrials(backend_options, ledger=root / "slurm-trials.jsonl")
+            slots = [Slot("", (), index=i) for i in range(workers or DEFAULT_JOBS)]
+        else:
+            slots = _slots(
+                workers, gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory, notes
+            )
+        pool = None
+        database = None
         try:
-            with sigterm_as_interrupt():  # scancel, a supervisor: as Ctrl-C
-                records, wall, busy = run_trials(
-                    study=study,
-                    distributions=space_.distributions(),
-                    fixed=space_.fixed(),
-                    objective=function,
-                    command=command,
-                    storage_spec=choice.spec,
-                    slots=slots,
-                    backend=pool,
-                    budget=Budget(n_trials, timeout, max_failures, trial_timeout),
-                    already_counted=counted,
-                    log_dir=root / "trials",
-                    grace_period=grace_period,
-                    on_change=view.update,
-                    jobs=jobs,
+            if function is not None:  # the workers boot while the database opens
+                from paralela.backends._processes import ProcessBackend
+
+                pool = ProcessBackend(slots=slots)
+            database = open_storage(choice.spec, wal=storage is None)
+            if storage is None and study_name is None:
+                check_run_dir(database, root, name, identity)
+            study = _open_study(
+                optuna, database, name, choice.spec, sampler_obj, pruner_obj, directions
+            )
+            changed = check_identity(study, identity, named=study_name is not None)
+            if changed:
+                notes.append(changed)
+                print(f"paralela sweep: {changed}", file=sys.stderr)
+            recovered = recover_interrupted(study)
+            if recovered:
+                notes.append(f"re-running trials interrupted when a driver died: {recovered}")
+            if space_.configurations is not None and not study.user_attrs.get(CONFIGS_ATTR):
+                for configuration in space_.configurations:
+                    study.enqueue_trial(dict(configuration))
+                study.set_user_attr(CONFIGS_ATTR, True)
+            counted = _counted(study)
+
+            from paralela.sweeping._live import make_view
+
+            view = make_view(
+                progress, f"sweep {name}", -1.0 if directions[0] == "maximize" else 1.0
+            )
+            t0 = time.time()
+            try:
+                with sigterm_as_interrupt():  # scancel, a supervisor: as Ctrl-C
+                    records, wall, busy = run_trials(
+                        study=study,
+                        distributions=space_.distributions(),
+                        fixed=space_.fixed(),
+                        objective=function,
+                        command=command,
+                        storage_spec=choice.spec,
+                        slots=slots,
+                        backend=pool,
+                        budget=Budget(n_trials, timeout, max_failures, trial_timeout),
+                        already_counted=counted,
+                        log_dir=root / "trials",
+                        grace_period=grace_period,
+                        on_change=view.update,
+                        jobs=jobs,
+                    )
+            except KeyboardInterrupt as exc:  # Ctrl-C: keep what ran, say how to go on
+                interrupted = SweepResult(
+                    study_name=name,
+                    storage=choice.spec,
+                    run_dir=root,
+                    directions=directions,
+                    trials=records_from_study(study, [], root / "trials", space_.fixed()),
+                    wall_seconds=time.time() - t0,
+                    slots=len(slots),
+                    busy_fraction=0.0,
+                    notes=notes,
                 )
-        except KeyboardInterrupt as exc:  # Ctrl-C: keep what ran, say how to go on
-            interrupted = SweepResult(
+                write_outputs(interrupted, study, plots=False)
+                add_note(
+                    exc,
+                    f"The sweep was interrupted: its trials so far are in {root / 'trials.csv'}; "
+                    f"run it again (run_dir {str(root)!r}, study {name!r}) to continue, re-running "
+                    "the trials that were cut short.",
+                )
+                raise
+            finally:
+                view.close()
+            sync = getattr(study._storage, "sync", None)
+            if sync is not None:  # read what others wrote (function trials' reports)
+                sync(study._study_id)
+            result = SweepResult(
                 study_name=name,
                 storage=choice.spec,
                 run_dir=root,
                 directions=directions,
-                trials=records_from_study(study, [], root / "trials", space_.fixed()),
-                wall_seconds=time.time() - t0,
+                trials=records_from_study(study, records, root / "trials", space_.fixed()),
+                wall_seconds=wall,
                 slots=len(slots),
-                busy_fraction=0.0,
+                busy_fraction=busy,
                 notes=notes,
             )
-            write_outputs(interrupted, study, plots=False)
-            add_note(
-                exc,
-                f"The sweep was interrupted: its trials so far are in {root / 'trials.csv'}; "
-                f"run it again (run_dir {str(root)!r}, study {name!r}) to continue, re-running "
-                "the trials that were cut short.",
-            )
-            raise
+            write_outputs(result, study, plots=plots)
+            return result
         finally:
-            view.close()
-        sync = getattr(study._storage, "sync", None)
-        if sync is not None:  # read what others wrote (function trials' reports)
-            sync(study._study_id)
-        result = SweepResult(
-            study_name=name,
-            storage=choice.spec,
-            run_dir=root,
-            directions=directions,
-            trials=records_from_study(study, records, root / "trials", space_.fixed()),
-            wall_seconds=wall,
-            slots=len(slots),
-            busy_fraction=busy,
-            notes=notes,
-        )
-        write_outputs(result, study, plots=plots)
-        return result
-    finally:
-        if pool is not None:  # run_trials has shut it down, unless it never ran
-            pool.shutdown(wait=False, cancel_futures=True)
-        engine = getattr(database, "engine", None)
-        if engine is not None:  # closes the database (SQLite: folds in and removes -wal)
-            engine.dispose()
+            if pool is not None:  # run_trials has shut it down, unless it never ran
+                pool.shutdown(wait=False, cancel_futures=True)
+            engine = getattr(database, "engine", None)
+            if engine is not None:  # closes the database (SQLite: folds in and removes -wal)
+                engine.dispose()
 
 
 def _open_study(
