@@ -33,6 +33,7 @@ __all__ = [
     "TMP_PREFIX",
     "atomic_write",
     "create_exclusive",
+    "locked",
     "make_dirs",
     "open_new",
     "replacing",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 TMP_PREFIX = ".tmp-"
+LOCK_NAME = ".paralela.lock"  # a run directory's lock file (see locked)
 #: Mode of the directories paralela creates, before the umask: the owner alone writes.
 DIR_MODE = 0o755
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -137,3 +139,21 @@ def make_dirs(path: str | os.PathLike[str]) -> None:
         except FileExistsError:  # another process made it, or a file is in the way
             if not directory.is_dir():
                 raise
+
+
+@contextlib.contextmanager
+def locked(directory: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold ``directory``'s lock (``flock`` on its ``.paralela.lock``) for the block: the
+    processes sharing a run directory (two drivers of one sweep) take turns. The lock
+    file is opened without following a symlink; the lock goes when the file is closed,
+    a killed process's too."""
+    import fcntl
+
+    fd = os.open(
+        Path(directory) / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+    )
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

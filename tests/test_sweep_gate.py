@@ -230,7 +230,9 @@ def test_at_the_timeout_the_waiting_processes_end_unrun(
     assert all(t.state == "COMPLETE" for t in result.trials)
     logs = sorted(p.name for p in (run_dir / "trials").iterdir())
     assert logs == [f"trial-{n:05d}.log" for n in ran]
-    study = optuna.load_study(study_name="timed", storage=f"sqlite:///{run_dir / 'study.db'}")
+    study = optuna.load_study(
+        study_name=result.study_name, storage=f"sqlite:///{run_dir / 'study.db'}"
+    )
     unused = [t for t in study.get_trials() if "paralela:unused" in t.system_attrs]
     assert unused  # the trials taken for the waiting processes, given back
     assert all(t.state == TrialState.FAIL for t in unused)

@@ -337,6 +337,7 @@ def sweep(
                         budget=Budget(n_trials, timeout, max_failures, trial_timeout),
                         already_counted=counted,
                         log_dir=root / "trials",
+                        budget_dir=root,
                         grace_period=grace_period,
                         on_change=view.update,
                         jobs=jobs,

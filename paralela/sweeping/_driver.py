@@ -41,6 +41,7 @@ from paralela.backends import Broadcast
 from paralela.backends._wire import dumps
 from paralela.errors import ConfigError, ParalelaError
 from paralela.resources import Slot
+from paralela.sweeping._budget import SharedBudget
 from paralela.sweeping._context import non_finite
 from paralela.sweeping._gate import is_python_script
 from paralela.sweeping._oracle import LOG_ERROR_CHARS, Oracle
@@ -107,6 +108,7 @@ def run_trials(
     budget: Budget,
     already_counted: int,
     log_dir: Path,
+    budget_dir: Path | None,
     grace_period: float,
     on_change: Callable[[list[TrialRecord], list[TrialRecord]], None],
     jobs: SlurmTrials | None = None,
@@ -117,6 +119,8 @@ def run_trials(
     ``slots``), shut down here at the end; ``None`` for command trials.
     ``jobs``: run each command trial as a Slurm job of its own (the slots then only
     bound how many run at once); ``None``: as a process here.
+    ``budget_dir``: where the lock of the budget shared with other drivers lives (the run
+    directory); ``None``: no lock (a database shared from several run directories).
     """
     from optuna.trial import TrialState
 
@@ -146,19 +150,22 @@ def run_trials(
     def may_start() -> bool:  # a new trial may be taken and started
         if budget.n_trials is not None and already_counted + started >= budget.n_trials:
             return False
-        return not stopped()
+        return not stopped() and not oracle.exhausted
 
     limit = None if budget.n_trials is None else max(0, budget.n_trials - already_counted)
-    oracle = Oracle(study, distributions, ahead=len(slots), limit=limit)
+    shared = None if budget.n_trials is None else SharedBudget(study, budget.n_trials, budget_dir)
+    oracle = Oracle(study, distributions, ahead=len(slots), limit=limit, budget=shared)
     # Each slot's next trial, taken ahead, its process waiting at its gate (``_gate``);
     # no process (None) when the gated one died before its turn: it starts plainly.
     gate = command is not None and jobs is None and is_python_script(command)
     standby: dict[int, tuple[Any, CommandTrial | None]] = {}
 
     def take() -> Any:
+        """The next trial, or ``None`` when other drivers took the rest of the budget."""
         nonlocal started
         trial = oracle.take()
-        started += 1
+        if trial is not None:
+            started += 1
         return trial
 
     def spec_of(trial: Any) -> TrialSpec:
@@ -181,10 +188,13 @@ def run_trials(
         reaper.add(handle.process.pid)  # its own process group: pgid == pid
         return handle
 
-    def launch(slot: Slot) -> None:
+    def launch(slot: Slot) -> bool:
+        """Start the slot's next trial; ``False`` if there is none (the budget is spent)."""
         ready = standby.pop(slot.index, None)
         if ready is None:
             trial, handle = take(), None
+            if trial is None:
+                return False
         else:
             trial, handle = ready
         spec = spec_of(trial)
@@ -221,6 +231,7 @@ def run_trials(
             record.started = started.started
             running[trial.number] = _Running(trial, slot, record, started)
         records.append(record)
+        return True
 
     def start_slots() -> None:
         """Start a trial on every free slot that may have one; then, for python-script
@@ -240,12 +251,16 @@ def run_trials(
                     os.unlink(spec_of(trial).log_path)
                 standby[slot.index] = (trial, None)
             free.remove(slot)
-            launch(slot)
+            if not launch(slot):
+                free.append(slot)
+                return
         if not gate:
             return
         for slot in slots:
             if slot.index not in standby and slot not in free and may_start():
                 following = take()
+                if following is None:
+                    return
                 standby[slot.index] = (following, start_command(following, slot, gated=True))
 
     timed_out: dict[int, str] = {}  # function trials stopped for time: number -> reason

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paralela.sweeping._study import DRIVER_ATTR, driver_identity
+
+if TYPE_CHECKING:
+    from paralela.sweeping._budget import SharedBudget
 
 __all__ = ["Oracle"]
 
@@ -24,12 +27,19 @@ class Oracle:
     """Asks trials ahead and tells outcomes, in order, from one thread."""
 
     def __init__(
-        self, study: Any, distributions: dict[str, Any], ahead: int, limit: int | None
+        self,
+        study: Any,
+        distributions: dict[str, Any],
+        ahead: int,
+        limit: int | None,
+        budget: SharedBudget | None = None,
     ) -> None:
         self._study = study
         self._distributions = distributions
         self._ahead = ahead
         self._limit = limit  # how many trials this run may still ask (None: no limit)
+        self._budget = budget  # n_trials over every driver of the study (see _budget)
+        self._exhausted = False  # the shared budget is spent: nothing more to ask
         self._identity = driver_identity()
         self._cv = threading.Condition()
         self._asked: collections.deque[Any] = collections.deque()
@@ -49,10 +59,16 @@ class Oracle:
             if not self._asked:  # nothing ahead: the sampler must work now, held or not
                 self._held = False
                 self._cv.notify_all()
-            self._cv.wait_for(lambda: self._asked or self._error is not None)
+            self._cv.wait_for(lambda: self._asked or self._error is not None or self._exhausted)
             if self._error is not None:
                 raise self._error
-            return self._asked.popleft()
+            return self._asked.popleft() if self._asked else None
+
+    @property
+    def exhausted(self) -> bool:
+        """Nothing left to take: the budget shared with other drivers is spent."""
+        with self._cv:
+            return self._exhausted and not self._asked
 
     def tell(self, trial: Any, state: str, values: list[float] | None, error: str | None) -> None:
         with self._cv:
@@ -90,7 +106,7 @@ class Oracle:
         return list(self._asked)
 
     def _want_ask(self) -> bool:
-        if self._closing or len(self._asked) >= self._ahead:
+        if self._closing or self._exhausted or len(self._asked) >= self._ahead:
             return False
         return self._limit is None or self._n_asked < self._limit
 
@@ -130,8 +146,18 @@ class Oracle:
                     self._study.tell(
                         trial, values if state == TrialState.COMPLETE else None, state=state
                     )
-                if ask:
+                if ask and self._budget is not None:
+                    with self._budget.claim() as allowed:
+                        trial = self._study.ask(self._distributions) if allowed else None
+                    if trial is None:  # other drivers took the rest of the budget
+                        with self._cv:
+                            self._exhausted = True
+                            self._n_asked -= 1
+                            self._cv.notify_all()
+                        continue
+                elif ask:
                     trial = self._study.ask(self._distributions)
+                if ask:
                     if storage.get_trial(trial._trial_id).system_attrs.get(DRIVER_ATTR) is None:
                         # (a DriverStorage writes it with each new trial; not with a
                         # trial taken from the queue, nor with a journal file)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paralela._files import locked
 from paralela.errors import ConfigError, MissingExtraError
 
 __all__ = [
@@ -122,13 +123,22 @@ def open_storage(spec: str, *, checked: bool = False, wal: bool = False) -> Any:
         connect_args: dict[str, Any] = {"timeout": 60}
         if wal:
             connect_args["factory"] = _SQLiteConnection
-        if new:
-            _create_sqlite(spec, connect_args)
-        return optuna.storages.RDBStorage(
-            spec,
-            engine_kwargs={"connect_args": connect_args},
-            skip_compatibility_check=checked or new,
-        )
+        if not new:
+            return optuna.storages.RDBStorage(
+                spec,
+                engine_kwargs={"connect_args": connect_args},
+                skip_compatibility_check=checked,
+            )
+        # Two drivers started at once on one run directory: one creates the database, the
+        # other waits and finds it made (else both create tables and one fails).
+        with locked(os.path.dirname(os.path.abspath(path))):
+            if not os.path.exists(path):
+                _create_sqlite(spec, connect_args)
+            return optuna.storages.RDBStorage(
+                spec,
+                engine_kwargs={"connect_args": connect_args},
+                skip_compatibility_check=True,
+            )
     return optuna.storages.RDBStorage(spec, skip_compatibility_check=checked)
 
 

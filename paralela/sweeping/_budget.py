@@ -1,0 +1,69 @@
+"""``n_trials`` over all the drivers of one run directory.
+
+Each driver asks its trials ahead (see ``_oracle``). Counting only its own, two drivers
+started at once on one run directory would each run ``n_trials``. So before each ask the
+oracle takes the run directory's lock (``flock`` on ``.paralela.lock``), counts the
+trials the study has claimed (running or ended, less those asked but never started and
+those cut short by a dying driver, which do not count against the budget), and asks only
+if the count is below ``n_trials``; the new trial is in the database before the lock is
+let go, so the next driver counts it. Drivers sharing a database from different run
+directories (``--storage postgresql://...``) count the same way, without the lock: they
+may overshoot by one trial each, as Optuna's own processes do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from paralela._files import locked
+from paralela.sweeping._study import INTERRUPTED_ATTR, UNUSED_ATTR
+
+__all__ = ["SharedBudget"]
+
+_CLAIMED = ("RUNNING", "COMPLETE", "PRUNED", "FAIL")
+_COUNT_SQL = (
+    "SELECT COUNT(*) FROM trials WHERE study_id = :study_id AND state IN "
+    "('RUNNING', 'COMPLETE', 'PRUNED', 'FAIL') AND trial_id NOT IN (SELECT trial_id FROM "
+    "trial_system_attributes WHERE key IN (:unused, :interrupted))"
+)
+
+
+class SharedBudget:
+    """How many trials the study may still be given, counted in its storage."""
+
+    def __init__(self, study: Any, n_trials: int, run_dir: Path | None) -> None:
+        self._study = study
+        self._n_trials = n_trials
+        self._run_dir = run_dir
+
+    @contextlib.contextmanager
+    def claim(self) -> Iterator[bool]:
+        """Hold the budget lock; yield whether one more trial may be asked now."""
+        with locked(self._run_dir) if self._run_dir is not None else contextlib.nullcontext():
+            yield self.claimed() < self._n_trials
+
+    def claimed(self) -> int:
+        """The trials that count against the budget, as the storage has them now."""
+        storage = self._study._storage
+        backend = getattr(storage, "backend", None)  # a DriverStorage's database
+        study_id = self._study._study_id
+        if backend is not None:  # one query, not every trial back from the database
+            from sqlalchemy import text
+
+            with backend.engine.connect() as connection:
+                count = connection.execute(
+                    text(_COUNT_SQL),
+                    {"study_id": study_id, "unused": UNUSED_ATTR, "interrupted": INTERRUPTED_ATTR},
+                ).scalar()
+            return int(count or 0)
+        from optuna.trial import TrialState
+
+        states = tuple(TrialState[name] for name in _CLAIMED)
+        return sum(
+            1
+            for t in storage.get_all_trials(study_id, deepcopy=False, states=states)
+            if UNUSED_ATTR not in t.system_attrs and INTERRUPTED_ATTR not in t.system_attrs
+        )
