@@ -7,8 +7,10 @@ environment already set (see :mod:`paralela.distributed._env`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import select
 import signal
 import sys
 
@@ -38,6 +40,47 @@ def _die_with_launcher() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != int(launcher):  # it died before the line above took effect
         os._exit(128 + signal.SIGKILL)
+    _start_watchdog(int(launcher))
+
+
+def _start_watchdog(launcher: int) -> None:
+    """Leave a process behind that takes this rank's children along if the launcher dies.
+
+    The kernel's death signal ends the rank, not what the rank started (data loader
+    workers, a ``sleep``). The watchdog, a grandchild handed to init so that the program
+    never sees it as a child, waits on the launcher's pidfd; when the launcher is gone it
+    kills the rank's descendants (as a map worker that lost its driver does) and the
+    rank's process group, itself included. The launcher's own stop kills it with the group.
+    """
+    rank = os.getpid()
+    try:
+        launcher_fd = os.pidfd_open(launcher)
+    except (AttributeError, OSError):  # no pidfds (Linux < 5.3): the death signal only
+        return
+    child = os.fork()
+    if child == 0:
+        try:
+            if os.fork() == 0:
+                _watch(launcher_fd, rank)
+        finally:
+            os._exit(0)
+    os.close(launcher_fd)
+    os.waitpid(child, 0)
+
+
+def _watch(launcher_fd: int, rank: int) -> None:
+    # Let go of the rank's output pipe, or the launcher would wait for it to close.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(3, launcher_fd)
+    os.closerange(launcher_fd + 1, 65536)
+    select.select([launcher_fd], [], [])  # readable once the launcher has exited
+    from paralela.backends._worker import kill_descendants
+
+    kill_descendants(rank, itself=True)
+    with contextlib.suppress(OSError):
+        os.killpg(rank, signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> None:
