@@ -1,7 +1,9 @@
-"""``paralela launch`` when things go wrong around the ranks: a launcher that is SIGKILLed."""
+"""``paralela launch`` when things go wrong around the ranks: a rank that leaves or stalls
+before the process group is complete, a launcher that is SIGKILLed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,6 +13,92 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
+
+from paralela.cli._errors import EXIT_RENDEZVOUS
+
+# Rank 0 joins torch's process group; rank 1 does what ORDER says first.
+JOINER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import psutil
+    import torch.distributed as dist
+
+    order = os.environ["ORDER"]
+    if os.environ["RANK"] == "1":
+        if order == "exit":
+            sys.exit(0)
+        if order == "stall":
+            time.sleep(300)
+    dist.init_process_group("gloo")
+    dist.barrier()
+    listening = {
+        c.laddr.ip for c in psutil.Process().net_connections("inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+    print("joined, listening on", json.dumps(sorted(listening)), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+def _launch(tmp_path: Path, order: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "joiner.py"
+    script.write_text(JOINER)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paralela",
+            "launch",
+            "--nproc",
+            "2",
+            *extra,
+            "--log-dir",
+            str(tmp_path / "logs"),
+            str(script),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "ORDER": order},
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+
+
+def test_ranks_that_all_join_the_group_succeed_listening_on_loopback_only(
+    tmp_path: Path,
+) -> None:
+    done = _launch(tmp_path, "join", "--rendezvous-timeout", "30")
+    assert done.returncode == 0, done.stderr
+    # torch's store (rank 0) and gloo's pairs (every rank): nothing on other interfaces.
+    assert done.stdout.count('joined, listening on ["127.0.0.1"]') == 2, done.stdout
+
+
+def test_a_rank_exiting_0_before_the_group_is_complete_stops_the_launch(
+    tmp_path: Path,
+) -> None:
+    started = time.monotonic()
+    done = _launch(tmp_path, "exit", "--rendezvous-timeout", "60")
+    assert done.returncode == EXIT_RENDEZVOUS, done.stderr
+    assert time.monotonic() - started < 40  # not the timeout: the exit is seen at once
+    assert "Rank 1 (pid" in done.stderr
+    assert "exited with code 0 before joining" in done.stderr
+    assert str(tmp_path / "logs" / "rank-1.log") in done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--rendezvous-timeout", "--preflight-timeout"])
+def test_a_rank_stalling_before_the_group_is_complete_stops_the_launch(
+    tmp_path: Path, flag: str
+) -> None:
+    started = time.monotonic()
+    done = _launch(tmp_path, "stall", flag, "3")
+    assert done.returncode == EXIT_RENDEZVOUS, done.stderr
+    assert time.monotonic() - started < 60
+    assert "rank 1 (pid" in done.stderr
+    assert "did not complete within 3 s" in done.stderr
+
 
 # Each rank starts a long `sleep` (its own child) and reports both pids, then waits.
 SPAWNER = textwrap.dedent(
@@ -29,7 +117,7 @@ SPAWNER = textwrap.dedent(
 
 def _alive(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
 
@@ -54,6 +142,7 @@ def test_sigkilled_launcher_takes_ranks_and_their_children_along(tmp_path: Path)
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    pids: list[int] = []
     try:
         files = [tmp_path / f"pids-{rank}" for rank in range(2)]
         deadline = time.monotonic() + 60
@@ -71,10 +160,8 @@ def test_sigkilled_launcher_takes_ranks_and_their_children_along(tmp_path: Path)
         left = [pid for pid in pids if _alive(pid)]
         assert not left, f"still running 5 s after the launcher was SIGKILLed: {left}"
     finally:
-        for pid in pids if "pids" in locals() else []:
-            try:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         launcher.kill()
         launcher.wait()

@@ -35,7 +35,8 @@ LAUNCH_HELP = (
 EPILOG = (
     "Exit codes: 0 every rank exited 0; 1 a rank failed (the others were stopped; its "
     "log tail is printed); 2 bad usage; 5 the ranks did not meet within "
-    "--preflight-timeout; 130 interrupted (with --slurm: the job was cancelled)."
+    "--rendezvous-timeout, or a rank left or stalled before torch's process group was "
+    "complete; 130 interrupted (with --slurm: the job was cancelled)."
 )
 
 SLURM = "Slurm (--slurm)"
@@ -65,9 +66,17 @@ def launch(
         Path | None,
         typer.Option("--log-dir", help="Default: paralela-runs/launch-<name>-<time or job>."),
     ] = None,
-    preflight_timeout: Annotated[
-        float, typer.Option(min=0.1, help="Seconds the ranks wait for each other.")
-    ] = 60.0,
+    rendezvous_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--rendezvous-timeout",
+            "--preflight-timeout",
+            min=0.1,
+            help="Seconds the ranks wait for each other, at the preflight and in torch's "
+            "init_process_group (default 120 or PARALELA_RENDEZVOUS_TIMEOUT; "
+            "--preflight-timeout is its former name).",
+        ),
+    ] = None,
     stop_grace: Annotated[
         float, typer.Option(min=0.0, help="Seconds from SIGTERM to SIGKILL when stopping.")
     ] = 5.0,
@@ -159,7 +168,7 @@ def launch(
                 "or --gpus-per-task.",
                 EXIT_USAGE,
             )
-        _submit(program, module, max_restarts, log_dir, preflight_timeout, stop_grace, tf_ps,
+        _submit(program, module, max_restarts, log_dir, rendezvous_timeout, stop_grace, tf_ps,
                 prefix, slurm_options)  # fmt: skip
         return
     given = [k for k, v in slurm_options.items() if v is not None]
@@ -178,7 +187,7 @@ def launch(
             module=module,
             max_restarts=max_restarts,
             log_dir=log_dir,
-            preflight_timeout=preflight_timeout,
+            rendezvous_timeout=rendezvous_timeout,
             stop_grace=stop_grace,
             gpus_per_rank=gpus_per_rank,
             tf_ps=tf_ps,
@@ -219,13 +228,14 @@ def _submit(
     module: bool,
     max_restarts: int,
     log_dir: Path | None,
-    preflight_timeout: float,
+    rendezvous_timeout: float | None,
     stop_grace: float,
     tf_ps: int,
     prefix: bool,
     options: dict[str, Any],
 ) -> None:
     from paralela.backends.slurm._commands import SlurmCommandError
+    from paralela.distributed._launcher import resolve_rendezvous_timeout
     from paralela.distributed._slurm_submit import submit_launch
     from paralela.errors import DistributedError
 
@@ -236,7 +246,7 @@ def _submit(
             module=module,
             max_restarts=max_restarts,
             log_dir=log_dir,
-            preflight_timeout=preflight_timeout,
+            preflight_timeout=resolve_rendezvous_timeout(rendezvous_timeout),
             stop_grace=stop_grace,
             tf_ps=tf_ps,
             prefix=prefix,

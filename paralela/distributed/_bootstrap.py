@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(EXIT_PREFLIGHT)
     sys.stdout.flush()
     sys.stderr.flush()
+    os.environ["PARALELA_RANK_PID"] = str(os.getpid())  # the rank, not what it starts
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:

@@ -32,6 +32,8 @@ from typing import IO
 
 from paralela.distributed._bootstrap import BOOTSTRAP
 from paralela.distributed._env import RankSpec
+from paralela.distributed._joining import POLL_S, JoinWatch
+from paralela.errors import RendezvousError
 
 __all__ = ["RankGroup", "RankProcess"]
 
@@ -48,6 +50,7 @@ class RankProcess:
     ended: float | None = None
     returncode: int | None = None
     error_file: Path | None = None  # where torch's ``@record`` writes the rank's exception
+    join_file: Path | None = None  # where the rank says it entered / joined the group
 
     def log_tail(self, lines: int = 20) -> str:
         """The last ``lines`` lines this rank wrote during this attempt."""
@@ -148,12 +151,14 @@ class RankGroup:
         log.write(header.encode())
         log.flush()
         error_file = env.get("TORCHELASTIC_ERROR_FILE")
+        join_file = env.get("PARALELA_JOIN_FILE")
         rank = RankProcess(
             spec=spec,
             proc=proc,
             log_path=log_path,
             log_offset=offset,
             error_file=Path(error_file) if error_file else None,
+            join_file=Path(join_file) if join_file else None,
         )
         tag = f"[rank {spec.rank}] ".encode() if prefix else b""
         pump = threading.Thread(target=self._pump, args=(rank, log, tag), daemon=True)
@@ -181,20 +186,39 @@ class RankGroup:
         pump.join(timeout=5.0)  # its last lines belong in the log before anyone reads it
         self._exits.put(rank)
 
-    def wait_first_failure(self, *, done_when_exits: int | None = None) -> RankProcess | None:
+    def wait_first_failure(
+        self, *, done_when_exits: int | None = None, rendezvous_timeout: float | None = None
+    ) -> RankProcess | None:
         """Block until every rank ended (``None``) or one failed (that rank, the first).
 
         Args:
             done_when_exits: a rank whose success ends the job even while others still
                 run (TensorFlow's chief: its parameter servers serve forever); the
                 caller then stops the rest.
+            rendezvous_timeout: watch the ranks join torch's process group: a rank that
+                ends without joining while another waits for it, or no rank entering
+                or joining for this many seconds, raises (see ``JoinWatch``).
+
+        Raises:
+            RendezvousError: the process group cannot complete; the caller stops the rest.
         """
-        for _ in self.ranks:
-            rank = self._exits.get()
-            if rank.returncode != 0:
-                return rank
-            if rank.spec.rank == done_when_exits:
-                return None
+        watch = JoinWatch(self.ranks, rendezvous_timeout) if rendezvous_timeout else None
+        running = len(self.ranks)
+        while running:
+            polling = watch is not None and not watch.complete
+            try:
+                rank: RankProcess | None = self._exits.get(timeout=POLL_S if polling else None)
+            except queue.Empty:
+                rank = None
+            if rank is not None:
+                running -= 1
+                if rank.returncode != 0:
+                    return rank
+                if rank.spec.rank == done_when_exits:
+                    return None
+            problem = watch.check() if watch is not None else None
+            if problem is not None:
+                raise RendezvousError(problem)
         return None
 
     def stop(self, grace: float) -> None:

@@ -31,9 +31,11 @@ from typing import IO, Any
 
 from paralela._files import atomic_write
 from paralela.backends._interrupt import sigterm_as_interrupt
+from paralela.distributed import _site
 from paralela.distributed._bootstrap import EXIT_PREFLIGHT
 from paralela.distributed._env import RankSpec, local_specs, slurm_spec
 from paralela.distributed._group import RankGroup, RankProcess
+from paralela.distributed._joining import join_file
 from paralela.distributed._rendezvous import DEFAULT_TIMEOUT
 from paralela.errors import ConfigError, RankFailedError, RendezvousError, describe_exit
 
@@ -74,7 +76,8 @@ def launch(
     module: bool = False,
     max_restarts: int = 0,
     log_dir: str | os.PathLike[str] | None = None,
-    preflight_timeout: float = DEFAULT_TIMEOUT,
+    rendezvous_timeout: float | None = None,
+    preflight_timeout: float | None = None,
     stop_grace: float = DEFAULT_STOP_GRACE,
     gpus_per_rank: int | None = None,
     tf_ps: int = 0,
@@ -102,7 +105,12 @@ def launch(
             (:func:`paralela.distributed.save_checkpoint`).
         log_dir: where ``rank-N.log`` go; default ``paralela-runs/launch-<name>-<time>``
             (``-<job id>`` under Slurm, shared by every task of the job).
-        preflight_timeout: seconds the ranks wait for each other before the program.
+        rendezvous_timeout: seconds the ranks wait for each other: at the preflight
+            rendezvous, and, for programs that call torch's ``init_process_group``,
+            without any rank entering or joining the group (default 120, or
+            ``PARALELA_RENDEZVOUS_TIMEOUT``). A rank that ends (even with 0) while
+            another waits for it in ``init_process_group`` stops the group at once.
+        preflight_timeout: the former name of ``rendezvous_timeout``, kept as an alias.
         stop_grace: seconds between SIGTERM and SIGKILL when ranks are stopped.
         gpus_per_rank: GPUs per rank; default 1 where GPUs exist, else 0 (0 hides them).
         tf_ps: TensorFlow parameter servers: rank 0 is the chief, ranks 1..tf_ps the
@@ -119,13 +127,16 @@ def launch(
 
     Raises:
         ConfigError: bad arguments, a program that does not exist, more ranks than GPUs.
-        RendezvousError: the ranks did not all meet within ``preflight_timeout``.
+        RendezvousError: the ranks did not all meet within ``rendezvous_timeout``, or
+            a rank left or stalled before torch's process group was complete (the
+            message names it and its log); the others were stopped.
         RankFailedError: a rank died (and restarts were used up); the others were
             stopped. The message names the rank, how it died and the tail of its log.
         KeyboardInterrupt: on Ctrl-C or SIGTERM, after stopping every rank.
     """
     if max_restarts < 0:
         raise ConfigError(f"max_restarts must be >= 0, got {max_restarts}.")
+    timeout = resolve_rendezvous_timeout(rendezvous_timeout, preflight_timeout)
     argv = resolve_program(program, module=module)
     slurm = in_slurm_step() and not local
     from paralela.resources import detect
@@ -148,14 +159,14 @@ def launch(
             specs = first if restart == 0 else plan.specs(restart)
             elastic = _Elastic(run_id, max_restarts, directory)
             envs = [
-                _rank_env(spec, pin, preflight_timeout, elastic)
+                _rank_env(spec, pin, timeout, elastic)
                 for spec, pin in zip(specs, pins, strict=True)
             ]
             group = RankGroup(specs, argv, envs, directory, out, prefix)
             try:
                 # With parameter servers, TensorFlow's chief (rank 0) ending is the end.
                 chief = 0 if tf_ps and any(s.rank == 0 for s in specs) else None
-                failed = group.wait_first_failure(done_when_exits=chief)
+                failed = group.wait_first_failure(done_when_exits=chief, rendezvous_timeout=timeout)
             finally:
                 group.stop(stop_grace)
                 attempts.append([r.record() for r in group.ranks])
@@ -176,6 +187,43 @@ def launch(
                 f"(restart {restart + 1} of {max_restarts}).\n",
             )
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def resolve_rendezvous_timeout(
+    rendezvous_timeout: float | None = None, preflight_timeout: float | None = None
+) -> float:
+    """The rendezvous timeout: the argument, its former name, the environment, or 120 s.
+
+    Raises:
+        ConfigError: both names given with different values, or a value that is not a
+            positive number of seconds.
+    """
+    both = rendezvous_timeout is not None and preflight_timeout is not None
+    if both and rendezvous_timeout != preflight_timeout:
+        raise ConfigError(
+            f"rendezvous_timeout={rendezvous_timeout:g} and preflight_timeout="
+            f"{preflight_timeout:g} disagree: preflight_timeout is the former name of "
+            "rendezvous_timeout. Give only --rendezvous-timeout (rendezvous_timeout=)."
+        )
+    given = rendezvous_timeout if rendezvous_timeout is not None else preflight_timeout
+    name = "rendezvous_timeout"
+    if given is None:
+        for name in ("PARALELA_RENDEZVOUS_TIMEOUT", "PARALELA_PREFLIGHT_TIMEOUT"):
+            text = os.environ.get(name, "").strip()
+            if text:
+                try:
+                    given = float(text)
+                except ValueError:
+                    given = float("nan")
+                break
+        else:
+            return DEFAULT_TIMEOUT
+    if not given > 0 or given == float("inf"):
+        raise ConfigError(
+            f"{name} must be a positive number of seconds, got {given!r}. Give e.g. "
+            "--rendezvous-timeout 300 for ranks that are slow to start."
+        )
+    return given
 
 
 def resolve_program(program: Sequence[str], *, module: bool = False) -> list[str]:
@@ -269,7 +317,7 @@ class _Elastic:
 
 
 def _rank_env(
-    spec: RankSpec, pin: Mapping[str, str], preflight_timeout: float, elastic: _Elastic
+    spec: RankSpec, pin: Mapping[str, str], timeout: float, elastic: _Elastic
 ) -> dict[str, str]:
     env = dict(os.environ)
     env.update(pin)
@@ -280,6 +328,14 @@ def _rank_env(
     error_file = elastic.error_file(spec)
     error_file.parent.mkdir(parents=True, exist_ok=True)
     error_file.unlink(missing_ok=True)  # a reused log directory: not a past attempt's error
+    # The rank's sitecustomize says in this file when it enters and joins the process group.
+    joins = join_file(elastic.log_dir, spec.rank, spec.restart)
+    joins.parent.mkdir(parents=True, exist_ok=True)
+    joins.unlink(missing_ok=True)
+    env["PARALELA_JOIN_FILE"] = str(joins)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path(_site.__file__).parent), env.get("PYTHONPATH", "")) if p
+    )
     env.update(
         TORCHELASTIC_RUN_ID=elastic.run_id,
         TORCHELASTIC_MAX_RESTARTS=str(elastic.max_restarts),
@@ -289,7 +345,7 @@ def _rank_env(
     )
     env["PYTHONUNBUFFERED"] = "1"  # lines reach the log and console as they are printed
     env["PARALELA_LAUNCHER_PID"] = str(os.getpid())
-    env["PARALELA_PREFLIGHT_TIMEOUT"] = str(preflight_timeout)
+    env["PARALELA_PREFLIGHT_TIMEOUT"] = str(timeout)
     return env
 
 

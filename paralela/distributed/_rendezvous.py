@@ -28,7 +28,7 @@ from paralela.errors import RendezvousError
 
 __all__ = ["DEFAULT_TIMEOUT", "Peer", "preflight"]
 
-DEFAULT_TIMEOUT = 60.0  # seconds; --preflight-timeout
+DEFAULT_TIMEOUT = 120.0  # seconds; --rendezvous-timeout (formerly --preflight-timeout)
 _RETRY_S = 0.05  # between connection attempts while rank 0 is not listening yet
 _ANSWER_GRACE_S = 5.0  # rank 0 answers right at its own deadline; allow for clock skew
 
@@ -176,7 +176,7 @@ def _missing_message(
         f"at {master_addr}:{port} within {timeout:g} s: {names}; {came} came. "
         "Likely causes: those ranks failed to start (see their logs), their hosts cannot "
         f"reach {master_addr}:{port} (firewall, wrong network interface), or they were "
-        "started with a different world size. Nothing ran; raise --preflight-timeout if "
+        "started with a different world size. Nothing ran; raise --rendezvous-timeout if "
         "they are only slow to start."
     )
 
