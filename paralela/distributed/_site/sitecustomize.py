@@ -76,7 +76,7 @@ def _on_loopback(create: Any) -> Any:
         except OSError:  # torch's own attempt says why, in its words
             listener.close()
             return create(hostname, port, rank, world_size, timeout, *args, **kw)
-        from torch.distributed import TCPStore
+        from torch._C._distributed_c10d import TCPStore
 
         _listeners.append(listener)
         return TCPStore(
