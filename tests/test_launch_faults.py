@@ -25,6 +25,9 @@ JOINER = textwrap.dedent(
     import torch.distributed as dist
 
     order = os.environ["ORDER"]
+    if order == "plain":  # never joins a group: the ranks may end in any order
+        time.sleep(1.0 if os.environ["RANK"] == "0" else 0.0)
+        sys.exit(0)
     if os.environ["RANK"] == "1":
         if order == "exit":
             sys.exit(0)
@@ -86,6 +89,13 @@ def test_a_rank_exiting_0_before_the_group_is_complete_stops_the_launch(
     assert "Rank 1 (pid" in done.stderr
     assert "exited with code 0 before joining" in done.stderr
     assert str(tmp_path / "logs" / "rank-1.log") in done.stderr
+
+
+def test_ranks_that_never_call_init_process_group_may_end_in_any_order(
+    tmp_path: Path,
+) -> None:
+    done = _launch(tmp_path, "plain", "--rendezvous-timeout", "0.5")
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("flag", ["--rendezvous-timeout", "--preflight-timeout"])
@@ -165,3 +175,43 @@ def test_sigkilled_launcher_takes_ranks_and_their_children_along(tmp_path: Path)
                 os.kill(pid, signal.SIGKILL)
         launcher.kill()
         launcher.wait()
+
+
+def test_the_users_own_sitecustomize_still_runs_in_the_ranks(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ['MARK'], os.environ.get('RANK', 'x')).touch()\n"
+    )
+    (tmp_path / "marks").mkdir()
+    script = tmp_path / "plain.py"
+    script.write_text("print('ran')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "paralela", "launch", "--nproc", "2",
+         "--log-dir", str(tmp_path / "logs"), str(script)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site), "MARK": str(tmp_path / "marks")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ranks = sorted(p.name for p in (tmp_path / "marks").iterdir() if p.name != "x")
+    assert ranks == ["0", "1"]  # ("x": the launcher, which has no RANK)
+
+
+def test_a_bad_rendezvous_timeout_in_the_environment_is_a_usage_error(tmp_path: Path) -> None:
+    script = tmp_path / "plain.py"
+    script.write_text("print('ran')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "paralela", "launch", "--log-dir", str(tmp_path / "logs"),
+         str(script)],
+        cwd=tmp_path,
+        env={**os.environ, "PARALELA_RENDEZVOUS_TIMEOUT": "soon"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "PARALELA_RENDEZVOUS_TIMEOUT must be a positive number of seconds" in done.stderr

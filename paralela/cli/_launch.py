@@ -235,7 +235,6 @@ def _submit(
     options: dict[str, Any],
 ) -> None:
     from paralela.backends.slurm._commands import SlurmCommandError
-    from paralela.distributed._launcher import resolve_rendezvous_timeout
     from paralela.distributed._slurm_submit import submit_launch
     from paralela.errors import DistributedError
 
@@ -246,7 +245,7 @@ def _submit(
             module=module,
             max_restarts=max_restarts,
             log_dir=log_dir,
-            preflight_timeout=resolve_rendezvous_timeout(rendezvous_timeout),
+            rendezvous_timeout=rendezvous_timeout,
             stop_grace=stop_grace,
             tf_ps=tf_ps,
             prefix=prefix,

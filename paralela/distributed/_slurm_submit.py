@@ -37,7 +37,11 @@ from typing import IO, Any
 
 from paralela.backends.slurm._commands import require_slurm
 from paralela.distributed._bootstrap import EXIT_PREFLIGHT
-from paralela.distributed._launcher import DEFAULT_STOP_GRACE, resolve_program
+from paralela.distributed._launcher import (
+    DEFAULT_STOP_GRACE,
+    resolve_program,
+    resolve_rendezvous_timeout,
+)
 from paralela.distributed._rendezvous import DEFAULT_TIMEOUT
 from paralela.distributed._slurm_job import (
     JOB_OPTIONS,
@@ -157,7 +161,8 @@ def submit_launch(
     ntasks_per_node: int = 1,
     module: bool = False,
     max_restarts: int = 0,
-    preflight_timeout: float = DEFAULT_TIMEOUT,
+    rendezvous_timeout: float | None = None,
+    preflight_timeout: float | None = None,
     stop_grace: float = DEFAULT_STOP_GRACE,
     tf_ps: int = 0,
     log_dir: str | os.PathLike[str] | None = None,
@@ -179,7 +184,8 @@ def submit_launch(
             relative script path is relative to the current directory, as in the job.
         nodes: ``--nodes``.
         ntasks_per_node: ranks per node (``--ntasks-per-node``).
-        module, max_restarts, preflight_timeout, stop_grace, tf_ps, prefix: as for
+        module, max_restarts, rendezvous_timeout (or its former name preflight_timeout),
+            stop_grace, tf_ps, prefix: as for
             :func:`paralela.distributed.launch`, given to every task's launcher.
         log_dir: where the ranks' logs go; default
             ``paralela-runs/launch-<script>-<job id>``.
@@ -201,7 +207,8 @@ def submit_launch(
         SlurmCommandError: sbatch refused the job (unknown partition, a limit...).
         RankFailedError: a rank died (restarts used up): the one that died first,
             how, its log and its last lines; srun stopped the others.
-        RendezvousError: the ranks did not all meet within ``preflight_timeout``.
+        RendezvousError: the ranks did not all meet within ``rendezvous_timeout``, or a
+            rank left or stalled before torch's process group was complete.
         DistributedError: the job ended otherwise: cancelled, timed out, a node
             failed, or it vanished from Slurm; the message has its output's tail.
         KeyboardInterrupt: on Ctrl-C or SIGTERM, after cancelling the job.
@@ -226,7 +233,7 @@ def submit_launch(
         opts,
         module=module,
         max_restarts=max_restarts,
-        preflight_timeout=preflight_timeout,
+        preflight_timeout=resolve_rendezvous_timeout(rendezvous_timeout, preflight_timeout),
         stop_grace=stop_grace,
         tf_ps=tf_ps,
         prefix=prefix,
