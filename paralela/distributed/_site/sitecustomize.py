@@ -11,16 +11,17 @@ program imports ``torch.distributed``. Any other ``sitecustomize`` on the path s
 
 from __future__ import annotations
 
-import functools
-import importlib.abc
+# Only what Python has already loaded at start-up: this runs in every process of a rank.
 import importlib.machinery
-import importlib.util
 import os
-import socket
 import sys
-from collections.abc import Sequence
-from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Sequence
+    from types import ModuleType
+    from typing import Any
 
 _C10D = "torch.distributed.distributed_c10d"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,6 +40,8 @@ def _say(state: str) -> None:
 
 
 def _wrap(module: ModuleType) -> None:
+    import functools  # torch has loaded it by now
+
     original = module.init_process_group
 
     @functools.wraps(original)
@@ -61,6 +64,7 @@ def _on_loopback(create: Any) -> Any:
     torch's TCPStore binds every interface; given a socket that already listens, it
     serves on that one instead (``master_listen_fd``).
     """
+    import functools
 
     @functools.wraps(create)
     def create_store(
@@ -68,6 +72,8 @@ def _on_loopback(create: Any) -> Any:
     ) -> Any:
         if rank != 0 or hostname not in _LOOPBACK:
             return create(hostname, port, rank, world_size, timeout, *args, **kw)
+        import socket
+
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -93,7 +99,7 @@ def _on_loopback(create: Any) -> Any:
     return create_store
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     """Finds torch's c10d module as usual, then wraps it right after it ran."""
 
     def find_spec(
@@ -121,7 +127,9 @@ def _chain() -> None:
     rest = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
-        module = importlib.util.module_from_spec(spec)
+        from importlib.util import module_from_spec
+
+        module = module_from_spec(spec)
         spec.loader.exec_module(module)
 
 
