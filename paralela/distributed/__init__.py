@@ -9,7 +9,9 @@
   :func:`place_stages`; :func:`save_checkpoint` / :func:`load_checkpoint` so that a
   restarted group resumes.
 
-Importing this package does not import torch; the torch helpers load it when used.
+Importing this package imports nothing else: each name loads its module on first use
+(a rank's bootstrap, ``paralela.distributed._bootstrap``, starts in milliseconds), and
+the torch helpers load torch only then.
 """
 
 from __future__ import annotations
@@ -17,12 +19,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from paralela.distributed._env import RankSpec, slurm_spec, tf_config
-from paralela.distributed._launcher import LaunchResult, in_slurm_step, launch
-from paralela.distributed._slurm_submit import SlurmLaunchResult, submit_launch
-
 if TYPE_CHECKING:
     from paralela.distributed._checkpoint import load_checkpoint, save_checkpoint
+    from paralela.distributed._env import RankSpec, slurm_spec, tf_config
+    from paralela.distributed._launcher import LaunchResult, in_slurm_step, launch
     from paralela.distributed._pipeline import (
         Pipeline,
         PipelineResult,
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         split_stages,
     )
     from paralela.distributed._ps import ParameterServer, ParameterServerStats, parameter_server
+    from paralela.distributed._slurm_submit import SlurmLaunchResult, submit_launch
     from paralela.distributed._training import (
         DistContext,
         ShardedLoader,
@@ -44,8 +45,11 @@ if TYPE_CHECKING:
         world_size,
     )
 
-# torch-only helpers: loaded on first use.
+# Every name is loaded on first use (the torch helpers load torch then).
 _LAZY: dict[str, str] = {
+    **dict.fromkeys(("RankSpec", "slurm_spec", "tf_config"), "paralela.distributed._env"),
+    **dict.fromkeys(("LaunchResult", "in_slurm_step", "launch"), "paralela.distributed._launcher"),
+    **dict.fromkeys(("SlurmLaunchResult", "submit_launch"), "paralela.distributed._slurm_submit"),
     "save_checkpoint": "paralela.distributed._checkpoint",
     "load_checkpoint": "paralela.distributed._checkpoint",
     "init": "paralela.distributed._training",
