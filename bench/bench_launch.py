@@ -56,6 +56,7 @@ TOOLS = ("paralela", "torchrun")
 SECTIONS = ("startup", "train", "restart")
 MODELS = ("digits", "wide")
 RUN_TIMEOUT = 180.0  # seconds; one run takes 3-12 s
+RESTART_TIMEOUT = 60.0  # seconds from the kill; a restart that recovers takes 1-3 s
 SETTINGS: dict[str, dict[str, Any]] = {
     # reps: pairs (one run of each launcher) per section; steps: per model, after warm-up
     "full": {
@@ -98,6 +99,8 @@ class Pairs:
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     other: list[float] = field(default_factory=list)
     threads: set[tuple[str, int, str]] = field(default_factory=set)
+    runs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOOLS, 0))
+    failures: dict[str, list[str]] = field(default_factory=lambda: {t: [] for t in TOOLS})
 
     def add(self, tool: str, figures: dict[str, float]) -> None:
         for name, value in figures.items():
@@ -175,17 +178,21 @@ def run_once(tool: str, mode: str, extra: Sequence[str], tmp: Path) -> Run:
                 victim = _wait_ready(stamps_dir, proc, time.monotonic() + RUN_TIMEOUT)
                 kill_t = time.time()
                 os.kill(victim, signal.SIGKILL)
-            code = proc.wait(timeout=RUN_TIMEOUT)
+            code = proc.wait(timeout=RESTART_TIMEOUT if mode == "restart" else RUN_TIMEOUT)
         except (subprocess.TimeoutExpired, BenchError) as exc:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            raise BenchError(f"{tool} {mode}: {exc}\n{_tail(log_path)}") from exc
+            what = f"did not exit within {exc.timeout:.0f} s" if isinstance(
+                exc, subprocess.TimeoutExpired) else str(exc)  # fmt: skip
+            if kill_t is not None:
+                what += " of the kill"
+            raise BenchError(f"{tool} {mode}: {what}\n{_tail(log_path)}") from exc
         exit_s = time.perf_counter() - p0
         tree = _children_cpu_s() - tree0
         other = max(0.0, machine_busy_s() - busy0 - tree) / exit_s
     if code != 0:
-        raise BenchError(f"{tool} {mode} exited {code}: {' '.join(cmd)}\n{_tail(log_path)}")
+        raise BenchError(f"{tool} {mode}: exited {code}\n{' '.join(cmd)}\n{_tail(log_path)}")
     run = Run(tool, t0, exit_s, _read_stamps(stamps_dir), tree, other, kill_t)
     shutil.rmtree(work, ignore_errors=True)
     return run
@@ -237,20 +244,45 @@ def measure(
     tmp: Path,
     log: Callable[[str], None],
 ) -> Pairs:
-    """``reps`` pairs of runs, paralela then torchrun, after one untimed run of each."""
+    """``reps`` pairs of runs, paralela then torchrun, after one untimed run of each.
+
+    In the restart section a launcher that does not recover (it fails or hangs) is a
+    finding, not a broken benchmark: the failure is counted and reported, and the pair is
+    left out of the ratios. Elsewhere a failed run stops the benchmark.
+    """
+    tolerate = section == "restart"
     pairs = Pairs()
     for tool in TOOLS:  # warm-up: the page cache, Python's bytecode caches
-        run_once(tool, section, extra, tmp)
+        try:
+            run_once(tool, section, extra, tmp)
+        except BenchError as exc:
+            if not tolerate:
+                raise
+            log(f"  {section} warm-up {tool}: failed: {str(exc).splitlines()[0]}")
     for rep in range(reps):
+        got: dict[str, tuple[Run, dict[str, float]]] = {}
         for tool in TOOLS:
-            run = run_once(tool, section, extra, tmp)
-            values = figures(run)
+            pairs.runs[tool] += 1
+            try:
+                run = run_once(tool, section, extra, tmp)
+                values = figures(run)
+            except BenchError as exc:
+                if not tolerate:
+                    raise
+                reason = str(exc).splitlines()[0]
+                pairs.failures[tool].append(reason)
+                log(f"  {section} {rep + 1}/{reps} {tool}: FAILED: {reason}")
+                continue
+            got[tool] = (run, values)
+            shown = ", ".join(f"{k} {sig(v)}" for k, v in values.items())
+            log(f"  {section} {rep + 1}/{reps} {tool}: {shown} (other load {run.other_cores:.2f})")
+        if len(got) < len(TOOLS):
+            continue
+        for tool, (run, values) in got.items():
             pairs.add(tool, values)
             pairs.other.append(run.other_cores)
             for s in run.ready(0):
                 pairs.threads.add((tool, s["threads"], ",".join(map(str, s["cpus"]))))
-            shown = ", ".join(f"{k} {sig(v)}" for k, v in values.items())
-            log(f"  {section} {rep + 1}/{reps} {tool}: {shown} (other load {run.other_cores:.2f})")
     return pairs
 
 
@@ -298,7 +330,21 @@ def _verdict(name: str, ratio: float) -> str:
 
 def table(results: dict[str, Pairs]) -> str:
     rows = []
-    for pairs in results.values():
+    for section, pairs in results.items():
+        if section == "restart":
+            ok = {t: pairs.runs[t] - len(pairs.failures[t]) for t in TOOLS}
+            rows.append(
+                [
+                    "restart: runs that recovered (new ranks past the all-reduce, exit 0, "
+                    f"within {RESTART_TIMEOUT:.0f} s of the kill)",
+                    "runs",
+                    f"{ok['paralela']}/{pairs.runs['paralela']}",
+                    f"{ok['torchrun']}/{pairs.runs['torchrun']}",
+                    "",
+                    str(pairs.runs["paralela"]),
+                    "all: " + ("met" if not pairs.failures["paralela"] else "MISSED"),
+                ]
+            )
         for name, by_tool in pairs.values.items():
             what, unit, _, _ = FIGURES[name]
             ratios = [a / b for a, b in zip(by_tool["paralela"], by_tool["torchrun"], strict=True)]
@@ -335,10 +381,17 @@ def conditions(results: dict[str, Pairs]) -> list[str]:
         ranks = "; ".join(
             f"{tool}: {threads} thread(s), CPUs {cpus}" for tool, threads, cpus in seen
         )
-        lines.append(
-            f"- {section}: other load median {statistics.median(pairs.other):.2f} cores "
-            f"(max {max(pairs.other):.2f}); torch in each rank: {ranks}"
+        load = (
+            f"other load median {statistics.median(pairs.other):.2f} cores "
+            f"(max {max(pairs.other):.2f})"
+            if pairs.other
+            else "no pair in which both launchers succeeded"
         )
+        lines.append(f"- {section}: {load}; torch in each rank: {ranks or 'not recorded'}")
+        for tool in TOOLS:
+            for reason in sorted(set(pairs.failures[tool])):
+                count = pairs.failures[tool].count(reason)
+                lines.append(f"  - {tool} failed {count}x: {reason}")
     return lines
 
 

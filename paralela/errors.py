@@ -34,7 +34,9 @@ __all__ = [
     "ConfigError",
     "DistributedError",
     "FingerprintMismatchError",
+    "InputError",
     "MapError",
+    "MapReduceError",
     "MissingExtraError",
     "ParalelaError",
     "RankFailedError",
@@ -42,6 +44,7 @@ __all__ = [
     "RunStoreError",
     "TaskError",
     "UnpicklableError",
+    "UserFunctionError",
     "WorkerDiedError",
     "add_note",
     "describe_exit",
@@ -246,6 +249,58 @@ def _rebuild_rank_failed(
     args: tuple[Any, ...], rank: int, exitcode: int | None, log_path: str | None
 ) -> RankFailedError:
     return RankFailedError(args[0] if args else "", rank=rank, exitcode=exitcode, log_path=log_path)
+
+
+class MapReduceError(ParalelaError):
+    """A MapReduce job cannot go on; the message says why and what to do."""
+
+
+class InputError(MapReduceError, ValueError):
+    """An input of a MapReduce job cannot be read: missing, unreadable, not UTF-8 or
+    malformed. The message names the file and, where it has one, the line or record.
+
+    Attributes:
+        path: the file, or None for an in-memory input.
+        where: the place in it ("line 12", "row group 3, row 7", "record 40"), or None.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, where: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.where = where
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_input_error, (self.args, self.path, self.where))
+
+
+def _rebuild_input_error(args: tuple[Any, ...], path: str | None, where: str | None) -> InputError:
+    return InputError(args[0] if args else "", path=path, where=where)
+
+
+class UserFunctionError(MapReduceError):
+    """The mapper, combiner or reducer of a MapReduce job raised, or returned something
+    that is not what it must return. The message names the function, the record or key
+    and where the record came from; the user's exception is ``__cause__`` when there was
+    one.
+
+    Attributes:
+        function: "mapper", "combiner" or "reducer".
+        where: where the record came from ("corpus/a.txt line 12") or the key's repr.
+    """
+
+    def __init__(self, message: str, *, function: str, where: str | None = None) -> None:
+        super().__init__(message)
+        self.function = function
+        self.where = where
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_user_function_error, (self.args, self.function, self.where))
+
+
+def _rebuild_user_function_error(
+    args: tuple[Any, ...], function: str, where: str | None
+) -> UserFunctionError:
+    return UserFunctionError(args[0] if args else "", function=function, where=where)
 
 
 class MissingExtraError(ParalelaError, ImportError):
