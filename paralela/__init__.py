@@ -19,7 +19,9 @@ if TYPE_CHECKING:
         ConfigError,
         DistributedError,
         FingerprintMismatchError,
+        InputError,
         MapError,
+        MapReduceError,
         MissingExtraError,
         ParalelaError,
         RankFailedError,
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
         RunStoreError,
         TaskError,
         UnpicklableError,
+        UserFunctionError,
         WorkerDiedError,
     )
     from paralela.mapping import (
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
         imap,
         map,
     )
+    from paralela.mapreduce import MapReduceResult, MapReduceSummary, mapreduce
     from paralela.reporting import RunReport, write_report
     from paralela.resources import (
         THREAD_VARIABLES,
@@ -104,6 +108,12 @@ _LAZY: dict[str, str] = {
     "TaskError": "paralela.errors",
     "UnpicklableError": "paralela.errors",
     "WorkerDiedError": "paralela.errors",
+    "MapReduceError": "paralela.errors",
+    "InputError": "paralela.errors",
+    "UserFunctionError": "paralela.errors",
+    "mapreduce": "paralela.mapreduce",
+    "MapReduceResult": "paralela.mapreduce",
+    "MapReduceSummary": "paralela.mapreduce",
     "ChunkTiming": "paralela.mapping",
     "MapIterator": "paralela.mapping",
     "MapSummary": "paralela.mapping",
@@ -164,6 +174,10 @@ __all__ = [
     "MapSummary",
     "WorkerStats",
     "ChunkTiming",
+    # MapReduce
+    "mapreduce",
+    "MapReduceResult",
+    "MapReduceSummary",
     # hyperparameter sweeps
     "sweep",
     "report",
@@ -234,6 +248,9 @@ __all__ = [
     "StageError",
     "VerificationError",
     "MissingExtraError",
+    "MapReduceError",
+    "InputError",
+    "UserFunctionError",
 ]
 
 

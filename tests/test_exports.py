@@ -36,6 +36,10 @@ EXPORTED = {
     "MapSummary",
     "WorkerStats",
     "ChunkTiming",
+    # MapReduce
+    "mapreduce",
+    "MapReduceResult",
+    "MapReduceSummary",
     # scaling analysis
     "measure",
     "fit_amdahl",
@@ -88,6 +92,9 @@ EXPORTED = {
     "StageError",
     "VerificationError",
     "MissingExtraError",
+    "MapReduceError",
+    "InputError",
+    "UserFunctionError",
 }
 
 HEAVY = ["rich", "typer", "cloudpickle", "torch", "numpy", "pandas", "optuna", "submitit"]

@@ -1,0 +1,297 @@
+"""Partition files: how a reduce task writes its ``(key, value)`` pairs and how a result
+reads them back.
+
+::
+
+    reduce task ──> write_part(pairs, directory, partition, format)
+                      temp file next to the target ──fsync──> rename: part-00003.<ext>
+    driver     ──> write_success(directory, parts)   _SUCCESS: JSON list of parts, last
+    result     ──> read_part(part)  (again on every iteration; nothing kept in memory)
+
+Formats:
+
+- ``pickle``: a stream of pickled lists of pairs (the job's own result files, in the run
+  or temporary directory); any picklable key and value.
+- ``jsonl``: one ``{"key": ..., "value": ...}`` object per line (UTF-8). Tuples come
+  back as lists; a key or value JSON cannot hold (a set, NaN, an object) is an error
+  naming the key.
+- ``parquet``: columns ``key`` and ``value`` (pyarrow infers their types from the first
+  batch; later batches must fit that schema).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from paralela._files import atomic_write, replacing
+from paralela.errors import MapReduceError, MissingExtraError, UserFunctionError
+from paralela.mapping._task import short_repr
+
+__all__ = [
+    "EXTENSIONS",
+    "FORMATS",
+    "check_output_dir",
+    "Part",
+    "part_name",
+    "read_part",
+    "remove_stale_parts",
+    "write_part",
+    "write_success",
+]
+
+#: Output formats and the file extension of each.
+EXTENSIONS = {"pickle": "pkl", "jsonl": "jsonl", "parquet": "parquet"}
+#: Formats a user may ask for as ``output_format``.
+FORMATS = ("jsonl", "parquet")
+SUCCESS_NAME = "_SUCCESS"
+# Pairs per pickled list (pickle stream) or per Parquet row batch: large enough that the
+# per-batch cost vanishes, small enough that a reader holds little.
+_BATCH = 4096
+_PARQUET_BATCH = 65536
+
+
+@dataclass(frozen=True)
+class Part:
+    """One written partition file: its path, format and how many pairs it holds."""
+
+    partition: int
+    path: str
+    format: str
+    pairs: int
+    bytes: int
+
+
+def part_name(partition: int, fmt: str) -> str:
+    """``part-00003.jsonl``: the file name of a partition in a format."""
+    return f"part-{partition:05d}.{EXTENSIONS[fmt]}"
+
+
+def write_part(
+    pairs: Iterable[tuple[Any, Any]], directory: str | os.PathLike[str], partition: int, fmt: str
+) -> Part:
+    """Write ``pairs`` to ``directory/part-NNNNN.<ext>`` atomically (a crash leaves the old
+    file or none, never half of one).
+
+    Raises:
+        UserFunctionError: a key or value cannot be written in ``fmt`` (names the key).
+        MissingExtraError: Parquet without pyarrow.
+        OSError: the directory cannot be written (a full disk, permissions).
+    """
+    path = Path(directory) / part_name(partition, fmt)
+    with replacing(path) as f:
+        if fmt == "pickle":
+            count = _write_pickle(pairs, f)
+        elif fmt == "jsonl":
+            count = _write_jsonl(pairs, f)
+        elif fmt == "parquet":
+            count = _write_parquet(pairs, f)
+        else:  # checked by the API before work starts
+            raise ValueError(f"unknown output format {fmt!r}")
+    return Part(partition, str(path), fmt, count, path.stat().st_size)
+
+
+def _write_pickle(pairs: Iterable[tuple[Any, Any]], f: BinaryIO) -> int:
+    count = 0
+    batch: list[tuple[Any, Any]] = []
+    dump = pickle.dump
+    for pair in pairs:
+        batch.append(pair)
+        if len(batch) >= _BATCH:
+            dump(batch, f, pickle.HIGHEST_PROTOCOL)
+            count += len(batch)
+            batch = []
+    if batch:
+        dump(batch, f, pickle.HIGHEST_PROTOCOL)
+        count += len(batch)
+    return count
+
+
+def _not_writable(key: Any, what: str, fmt: str, exc: BaseException) -> UserFunctionError:
+    error = UserFunctionError(
+        f"The reducer's result for key {short_repr(key)} cannot be written as {fmt}: "
+        f"the {what} {exc}. Return values {fmt} can hold (numbers, strings, lists, "
+        "dicts), or leave output= unset to keep Python objects.",
+        function="reducer",
+        where=short_repr(key),
+    )
+    error.__cause__ = exc
+    return error
+
+
+def _write_jsonl(pairs: Iterable[tuple[Any, Any]], f: BinaryIO) -> int:
+    count = 0
+    encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+    lines: list[str] = []
+    for key, value in pairs:
+        try:
+            lines.append(encode({"key": key, "value": value}))
+        except (TypeError, ValueError) as exc:
+            bad_key = not _json_ok(key)
+            raise _not_writable(key, "key" if bad_key else "value", "JSON", exc) from exc
+        if len(lines) >= _BATCH:
+            f.write(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+            count += len(lines)
+            lines = []
+    if lines:
+        f.write(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+        count += len(lines)
+    return count
+
+
+def _json_ok(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return not (isinstance(value, float) and not math.isfinite(value))
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as exc:
+        raise MissingExtraError("pyarrow", "parquet", "Parquet output") from exc
+    return pyarrow
+
+
+def _write_parquet(pairs: Iterable[tuple[Any, Any]], f: BinaryIO) -> int:
+    pa = _pyarrow()
+    writer: Any = None
+    count = 0
+    keys: list[Any] = []
+    values: list[Any] = []
+
+    def flush() -> None:
+        nonlocal writer
+        try:
+            if writer is None:
+                table = pa.table({"key": keys, "value": values})
+                writer = pa.parquet.ParquetWriter(f, table.schema)
+            else:
+                table = pa.Table.from_pydict({"key": keys, "value": values}, writer.schema)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise _not_writable(
+                keys[0], "pairs from it on do not fit a column:", "Parquet", exc
+            ) from exc
+        writer.write_table(table)
+        keys.clear()
+        values.clear()
+
+    try:
+        for key, value in pairs:
+            keys.append(key)
+            values.append(value)
+            if len(keys) >= _PARQUET_BATCH:
+                count += len(keys)
+                flush()
+        if keys or writer is None:
+            count += len(keys)
+            if keys:
+                flush()
+            else:  # an empty partition: a file with the two columns and no rows
+                writer = pa.parquet.ParquetWriter(
+                    f, pa.schema([("key", pa.string()), ("value", pa.int64())])
+                )
+    finally:
+        if writer is not None:
+            writer.close()
+    return count
+
+
+def read_part(part: Part) -> Iterator[tuple[Any, Any]]:
+    """The pairs of one partition file, streamed.
+
+    Raises:
+        MapReduceError: the file is gone or damaged (names it).
+    """
+    try:
+        if part.format == "pickle":
+            yield from _read_pickle(part.path)
+        elif part.format == "jsonl":
+            with open(part.path, "rb") as f:
+                for line in f:
+                    obj = json.loads(line)
+                    yield obj["key"], obj["value"]
+        else:
+            pq = _pyarrow().parquet
+            for batch in pq.ParquetFile(part.path).iter_batches():
+                yield from zip(
+                    batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True
+                )
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, KeyError) as exc:
+        raise MapReduceError(
+            f"The result file {part.path} cannot be read ({type(exc).__name__}: {exc}); it "
+            "was removed or damaged after the job wrote it. Run the job again."
+        ) from exc
+
+
+def _read_pickle(path: str) -> Iterator[tuple[Any, Any]]:
+    with open(path, "rb") as f:
+        load = pickle.load
+        while True:
+            try:
+                batch = load(f)
+            except EOFError:
+                return
+            yield from batch
+
+
+def write_success(directory: str | os.PathLike[str], parts: list[Part]) -> None:
+    """Write ``directory/_SUCCESS``: the JSON list of parts, written last, so its presence
+    says every part is complete."""
+    data = {
+        "parts": [
+            {"partition": p.partition, "file": Path(p.path).name, "pairs": p.pairs} for p in parts
+        ],
+        "format": parts[0].format if parts else None,
+        "pairs": sum(p.pairs for p in parts),
+    }
+    atomic_write(Path(directory) / SUCCESS_NAME, (json.dumps(data, indent=1) + "\n").encode())
+
+
+def remove_stale_parts(directory: str | os.PathLike[str], keep: Iterable[str]) -> None:
+    """Remove ``part-*`` files a former run left in ``directory`` that this run did not
+    write (it had more partitions, or another format)."""
+    kept = {Path(p).name for p in keep}
+    for path in Path(directory).glob("part-*"):
+        if path.name not in kept and path.is_file():
+            path.unlink(missing_ok=True)
+
+
+def check_output_dir(directory: str | os.PathLike[str]) -> Path:
+    """The output directory, created; refuses one holding files this job would not write.
+
+    Raises:
+        ConfigError: ``directory`` is a file, or holds files other than ``part-*``
+            and ``_SUCCESS`` (from a former run), which could be mistaken for results.
+    """
+    from paralela._files import make_dirs
+    from paralela.errors import ConfigError
+
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"output={str(directory)!r} is a file; pass a directory for the parts.")
+    try:
+        make_dirs(path)
+    except OSError as exc:
+        raise ConfigError(f"The output directory {path} cannot be made: {exc}.") from exc
+    others = sorted(
+        p.name
+        for p in path.iterdir()
+        if not (p.name.startswith("part-") or p.name == SUCCESS_NAME or p.name.startswith("."))
+    )
+    if others:
+        raise ConfigError(
+            f"The output directory {path} holds other files ({', '.join(others[:5])}); "
+            "a job writes part-NNNNN files and _SUCCESS there. Pass an empty or new "
+            "directory."
+        )
+    return path

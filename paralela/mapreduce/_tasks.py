@@ -1,0 +1,279 @@
+"""What runs inside a worker: one map task (a split) or one reduce task (a partition).
+
+::
+
+    map task:    read_split(split) ─record─> mapper ─pairs─> MapOutput.add_all
+                   (buffer, combine, spill sorted runs per partition under memory_limit)
+                 ──> MapTaskResult: the spill segments per partition, and counters
+    reduce task: reduce_partition(segments of one partition from every map task, reducer)
+                 ──> write_part (atomic) ──> ReduceTaskResult: the part file, counters
+
+A task that fails raises :class:`TaskFailed` (a :class:`UserFunctionError` or an
+:class:`InputError` inside), which carries the user's own exception and its traceback
+across the process boundary; the driver re-raises the plain error with the user's
+exception as ``__cause__`` (:func:`reraise`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from paralela.errors import InputError, MapReduceError, UserFunctionError
+from paralela.mapping._task import short_repr
+from paralela.mapreduce._output import Part, write_part
+
+__all__ = [
+    "MapJob",
+    "MapTaskResult",
+    "ReduceJob",
+    "ReduceTask",
+    "ReduceTaskResult",
+    "TaskFailed",
+    "reraise",
+    "run_map_task",
+    "run_reduce_task",
+]
+
+Segment = tuple[str, int, int]
+# Characters of a record's repr quoted in an error.
+RECORD_REPR = 200
+
+
+@dataclass(frozen=True)
+class MapJob:
+    """What every map task of a job shares (sent to each worker once)."""
+
+    mapper: Any
+    combiner: Any
+    partitions: int
+    spill_dir: str
+    memory_limit: int
+
+
+@dataclass(frozen=True)
+class ReduceJob:
+    """What every reduce task of a job shares."""
+
+    reducer: Any
+    combiner: Any  # applied again to each chunk of values read (see reduce_partition)
+    output_dir: str
+    output_format: str
+
+
+@dataclass(frozen=True)
+class ReduceTask:
+    """One partition: its number and its segments from every map task."""
+
+    partition: int
+    segments: tuple[Segment, ...]
+
+
+@dataclass
+class MapTaskResult:
+    """What a finished map task reports: where its pairs are, and its counters."""
+
+    split: int
+    segments: dict[int, list[Segment]]
+    records: int
+    pairs_in: int
+    pairs_out: int
+    spills: int
+    bytes_spilled: int
+    peak_buffer_bytes: int
+    seconds: float
+
+
+@dataclass
+class ReduceTaskResult:
+    """What a finished reduce task reports: its part file and its counters."""
+
+    part: Part
+    bytes_read: int
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TaskFailed(MapReduceError):
+    """Carries a task's :class:`UserFunctionError` or :class:`InputError` (``error``), the
+    exception that caused it (``cause``, ``None`` when it does not pickle) and the
+    worker's traceback text, to the driver. Never seen by users: see :func:`reraise`."""
+
+    def __init__(self, error: MapReduceError, cause: BaseException | None, tb: str) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.cause = cause
+        self.tb = tb
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_failed, (self.error, _pickled(self.cause), self.tb))
+
+
+def _pickled(exc: BaseException | None) -> bytes | None:
+    if exc is None:
+        return None
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)  # some exceptions pickle but cannot be rebuilt
+    except BaseException:  # a broken __reduce__ may raise anything
+        return None
+    return data
+
+
+def _rebuild_failed(error: MapReduceError, cause: bytes | None, tb: str) -> TaskFailed:
+    rebuilt: BaseException | None = None
+    if cause is not None:
+        try:
+            rebuilt = pickle.loads(cause)
+        except Exception:
+            rebuilt = None
+    return TaskFailed(error, rebuilt, tb)
+
+
+def reraise(failed: TaskFailed) -> MapReduceError:
+    """The error to raise in the driver for ``failed``: the task's own error, with the
+    user's exception as ``__cause__`` (and the worker's traceback as that one's cause,
+    shown under it as ``paralela.backends._processes.RemoteTraceback``)."""
+    from paralela.backends._processes import RemoteTraceback
+
+    error = failed.error
+    cause = failed.cause
+    if cause is not None:
+        if cause.__cause__ is None and cause.__traceback__ is None and failed.tb:
+            cause.__cause__ = RemoteTraceback(failed.tb)
+        error.__cause__ = cause
+    elif failed.tb:
+        error.__cause__ = RemoteTraceback(failed.tb)
+    return error
+
+
+def _failed(error: MapReduceError, cause: BaseException | None) -> TaskFailed:
+    tb = ""
+    if cause is not None:
+        tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+    return TaskFailed(error, cause, tb)
+
+
+def run_map_task(job: MapJob, split: Any) -> MapTaskResult:
+    """Run the mapper over one split and spill its pairs; see the module docstring.
+
+    Raises:
+        TaskFailed: the mapper (or combiner) raised or yielded something that is not a
+            pair (a :class:`UserFunctionError` naming the file and line and the record),
+            or the split cannot be read (an :class:`InputError`).
+        MapReduceError: spill files cannot be written (a full disk), naming the directory.
+    """
+    from paralela.mapreduce._inputs import locate, read_split
+    from paralela.mapreduce._shuffle import MapOutput
+
+    started = time.perf_counter()
+    token = os.urandom(4).hex()  # each attempt writes files of its own
+    out = MapOutput(
+        job.partitions,
+        job.spill_dir,
+        combiner=job.combiner,
+        memory_limit=job.memory_limit,
+        name=f"map-{split.index:06d}-{token}",
+    )
+    mapper = job.mapper
+    add_all = out.add_all
+    index = -1
+    record: Any = None
+    try:
+        for index, record in enumerate(read_split(split)):  # noqa: B007  (read on failure)
+            pairs = mapper(record)
+            if isinstance(pairs, Mapping):
+                pairs = pairs.items()
+            add_all(pairs)
+        segments = out.close()
+    except InputError as exc:
+        raise _failed(exc, exc.__cause__) from None
+    except UserFunctionError as exc:  # a bad pair, or the combiner raised
+        where = locate(split, index) if index >= 0 else split.describe()
+        raise _failed(_with_record(exc, where, record), exc.__cause__) from None
+    except OSError as exc:
+        if _under(getattr(exc, "filename", None), job.spill_dir):
+            raise MapReduceError(
+                f"Spill files cannot be written in {job.spill_dir}: {exc}. Free space "
+                "there, or pass run_dir= on a larger filesystem."
+            ) from exc
+        raise _failed(_mapper_error(exc, split, index, record), exc) from None
+    except Exception as exc:
+        raise _failed(_mapper_error(exc, split, index, record), exc) from None
+    stats = out.stats
+    return MapTaskResult(
+        split.index,
+        segments,
+        index + 1,
+        stats.pairs_in,
+        stats.pairs_out,
+        stats.spills,
+        stats.bytes_spilled,
+        stats.peak_buffer_bytes,
+        time.perf_counter() - started,
+    )
+
+
+def _under(filename: Any, directory: str) -> bool:
+    if not isinstance(filename, str):
+        return False
+    return os.path.abspath(filename).startswith(os.path.abspath(directory) + os.sep)
+
+
+def _mapper_error(exc: BaseException, split: Any, index: int, record: Any) -> UserFunctionError:
+    from paralela.mapreduce._inputs import locate
+
+    if index < 0:  # raised before the first record: reading the split failed
+        where = split.describe()
+        return UserFunctionError(
+            f"Reading {where} failed: {type(exc).__name__}: {exc}",
+            function="mapper",
+            where=where,
+        )
+    where = locate(split, index)
+    return UserFunctionError(
+        f"The mapper raised {type(exc).__name__}: {exc}\n  at {where}, record "
+        f"{short_repr(record, RECORD_REPR)}",
+        function="mapper",
+        where=where,
+    )
+
+
+def _with_record(exc: UserFunctionError, where: str, record: Any) -> UserFunctionError:
+    return UserFunctionError(
+        f"{exc}\n  at {where}, record {short_repr(record, RECORD_REPR)}",
+        function=exc.function,
+        where=where,
+    )
+
+
+def run_reduce_task(job: ReduceJob, task: ReduceTask) -> ReduceTaskResult:
+    """Merge one partition's segments through the reducer and write its part file.
+
+    Raises:
+        TaskFailed: the reducer raised (a :class:`UserFunctionError` naming the key), or
+            a value cannot be written in the output format.
+        MapReduceError: a spill file is missing or the part file cannot be written.
+    """
+    from paralela.mapreduce._shuffle import reduce_partition
+
+    started = time.perf_counter()
+    try:
+        pairs = reduce_partition(list(task.segments), job.reducer, combiner=job.combiner)
+        part = write_part(pairs, job.output_dir, task.partition, job.output_format)
+    except UserFunctionError as exc:
+        raise _failed(exc, exc.__cause__) from None
+    except OSError as exc:
+        raise MapReduceError(
+            f"Partition {task.partition} cannot be reduced: {exc}. If a spill file is "
+            "missing, the run directory was changed while the job ran; if the output "
+            "cannot be written, free space or pass another output directory."
+        ) from exc
+    return ReduceTaskResult(
+        part, sum(length for _, _, length in task.segments), time.perf_counter() - started
+    )
