@@ -11,13 +11,14 @@ import operator
 import os
 import pickle
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from paralela.errors import ConfigError, InputError, MissingExtraError
+from paralela.errors import ConfigError, InputError, MissingExtraError, UnpicklableError
 from paralela.mapreduce import _formats
 from paralela.mapreduce._inputs import (
     Split,
@@ -590,3 +591,18 @@ def test_reading_from_a_stream_of_small_blocks(
     path.write_bytes(text.encode())
     for split_bytes in (1, 5, 100):
         assert read_all(str(path), split_bytes=split_bytes) == ["héllo", "wörld 🙂", "", "last"]
+
+
+def test_utf8_sig_drops_the_byte_order_mark(tmp_path: Path) -> None:
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfname,n\r\nw,1\r\nv,2\r\n")
+    assert read_all(str(path), encoding="utf-8-sig", split_bytes=8) == [
+        {"name": "w", "n": "1"},
+        {"name": "v", "n": "2"},
+    ]
+    assert next(iter(read_all(str(path))[0])) == "\ufeffname"  # utf-8 keeps it, as Python does
+
+
+def test_unpicklable_records_have_no_identity() -> None:
+    with pytest.raises(UnpicklableError, match="records 0-0: the records cannot be pickled"):
+        input_identity(list(plan_splits([threading.Lock()])))

@@ -17,7 +17,8 @@ Inputs are planned in the order given, each directory or glob's files sorted by 
 file named twice is read once. Directories give the regular files directly in them,
 skipping hidden names and names starting with ``_`` (as Hadoop and Spark do: a former
 job's ``_SUCCESS``); use ``'dir/**/*'`` to read subdirectories. A ``str`` is always a path
-or a glob; to use a list of strings as records, pass ``format="records"``.
+or a glob; to use a list of strings as records, pass ``format="records"``. A glob skips
+hidden files (as the shell does) but not ``_`` names: it reads what it matches.
 
 CSV files are split by bytes like text, each split reading the header from the file's
 first line. A quoted field that spans lines cannot be split that way: a split that meets
@@ -37,7 +38,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from paralela.errors import ConfigError, InputError
+from paralela.errors import ConfigError, InputError, UnpicklableError
 from paralela.mapreduce._formats import (
     csv_rows,
     display,
@@ -144,7 +145,7 @@ def plan_splits(
             ``min_split_bytes``).
         records_per_split: records per split of an in-memory iterable.
         encoding: of text, jsonl and csv files; must write ``"\\n"`` as the byte
-            ``0x0a`` (utf-8, latin-1, cp1252, ...; not utf-16).
+            ``0x0a`` (utf-8, utf-8-sig, latin-1, cp1252, ...; not utf-16).
 
     Raises:
         ConfigError: an unknown format or encoding, or a bad number.
@@ -206,7 +207,13 @@ def input_identity(splits: Sequence[Split]) -> str:
     stats: dict[str, str] = {}
     for s in splits:
         if s.path is None:
-            body = digest_items(list(s.records or ()))
+            try:
+                body = digest_items(list(s.records or ()))
+            except Exception as exc:
+                raise UnpicklableError(
+                    f"{s.describe()}: the records cannot be pickled ({type(exc).__name__}: "
+                    f"{exc}); records must pickle to reach the workers: pass plain data"
+                ) from exc
         else:
             if s.path not in stats:
                 try:
@@ -244,7 +251,7 @@ def _check_options(
         codecs.lookup(encoding)
     except LookupError:
         raise ConfigError(f"Unknown encoding {encoding!r}; use e.g. 'utf-8' or 'latin-1'") from None
-    if "\n".encode(encoding) != b"\n":
+    if codecs.lookup(encoding).name != "utf-8-sig" and "\n".encode(encoding) != b"\n":
         raise ConfigError(
             f"encoding={encoding!r} does not write a newline as the byte 0x0a, so its files "
             "cannot be split into lines; convert them to utf-8 (iconv -f ... -t utf-8)"
