@@ -606,3 +606,19 @@ def test_utf8_sig_drops_the_byte_order_mark(tmp_path: Path) -> None:
 def test_unpicklable_records_have_no_identity() -> None:
     with pytest.raises(UnpicklableError, match="records 0-0: the records cannot be pickled"):
         input_identity(list(plan_splits([threading.Lock()])))
+
+
+def test_batches_are_lists_holding_the_same_records_as_read_split(
+    parquet_file: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    folder = parquet_file[0].parent
+    (folder / "a.txt").write_text("x\n\ny\r\n" * 50)
+    (folder / "b.jsonl").write_text('{"k": 1}\n\n[1, 2]\n' * 50)
+    (folder / "c.csv").write_text("h1,h2\n" + "1,2\n" * 5000)
+    (folder / "d.txt.gz").write_bytes(gzip.compress(b"z\n" * 10))
+    inputs: list[Any] = [str(folder), list(range(25))]
+    for item in inputs:
+        for split in plan_splits(item, split_bytes=64, records_per_split=10):
+            batches = list(read_split_batches(split))
+            assert all(isinstance(batch, list) and batch for batch in batches)
+            assert [r for batch in batches for r in batch] == list(read_split(split))
