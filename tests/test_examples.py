@@ -28,6 +28,8 @@ def test_every_example_is_tested() -> None:
         "map_files.py",
         "map_numpy_shared.py",
         "map_initializer.py",
+        "wordcount.py",
+        "vocabulary.py",
         "sweep_digits_mlp.py",
         "train_ddp.py",
         # run under their strategies' tests: tests/test_distributed_{ps,pipeline,tf}.py
@@ -116,3 +118,38 @@ def test_train_ddp_learns_the_digits_and_resumes(tmp_path: Path) -> None:
     assert more.returncode == 0, more.stdout + more.stderr
     assert "[rank 0] resuming after epoch 3" in more.stdout
     assert json.loads(out.read_text())["accuracy"] > 0.85
+
+
+def test_wordcount_equals_a_serial_counter(tmp_path: Path) -> None:
+    out = run_example("wordcount.py", tmp_path, str(tmp_path / "corpus"))
+    assert "wrote a corpus to" in out
+    assert re.search(r"\d+ distinct words; equal to a serial Counter: True", out), out
+    assert len(list((tmp_path / "corpus").glob("*.txt"))) == 6
+    # A second run counts the corpus already there.
+    again = run_example("wordcount.py", tmp_path, str(tmp_path / "corpus"))
+    assert "wrote a corpus" not in again
+    assert "equal to a serial Counter: True" in again
+
+
+def test_vocabulary_gives_ids_to_tokens_seen_min_count_times(tmp_path: Path) -> None:
+    import collections
+    import importlib.util
+
+    out = run_example("vocabulary.py", tmp_path, "corpus", "--min-count", "5")
+    vocabulary = json.loads((tmp_path / "corpus" / "vocab.json").read_text(encoding="utf-8"))
+    spec = importlib.util.spec_from_file_location("vocabulary_example", EXAMPLES / "vocabulary.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    counts: collections.Counter[str] = collections.Counter()
+    for path in sorted((tmp_path / "corpus").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            counts.update(module.tokenize(json.loads(line)["text"]))
+    kept = {t for t, n in counts.items() if n >= 5}
+    assert set(vocabulary) == kept | set(module.SPECIALS)
+    assert sorted(vocabulary.values()) == list(range(len(vocabulary)))
+    assert [vocabulary[s] for s in module.SPECIALS] == [0, 1, 2, 3]
+    # Ids by frequency, ties by token: the most frequent token comes right after the specials.
+    assert vocabulary[min(kept, key=lambda t: (-counts[t], t))] == len(module.SPECIALS)
+    assert f"{len(counts)} distinct tokens; {len(vocabulary)} in the vocabulary" in out

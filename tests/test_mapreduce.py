@@ -313,7 +313,7 @@ def test_a_missing_input_is_an_input_error(tmp_path: Path) -> None:
 
 def test_a_reducer_value_that_json_cannot_hold_names_the_key(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("alpha beta\n")
-    with pytest.raises(UserFunctionError, match=r"key 'alpha'.*JSON"):
+    with pytest.raises(UserFunctionError, match=r"key '(alpha|beta)'.*JSON"):
         paralela.mapreduce(word_list, lambda k, vs: set(vs), str(tmp_path / "a.txt"),
                            backend="sequential", output=tmp_path / "out")  # fmt: skip
 

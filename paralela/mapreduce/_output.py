@@ -116,7 +116,7 @@ def _write_pickle(pairs: Iterable[tuple[Any, Any]], f: BinaryIO) -> int:
 def _not_writable(key: Any, what: str, fmt: str, exc: BaseException) -> UserFunctionError:
     error = UserFunctionError(
         f"The reducer's result for key {short_repr(key)} cannot be written as {fmt}: "
-        f"the {what} {exc}. Return values {fmt} can hold (numbers, strings, lists, "
+        f"the {what} cannot be encoded ({exc}). Return values {fmt} can hold (numbers, strings, lists, "
         "dicts), or leave output= unset to keep Python objects.",
         function="reducer",
         where=short_repr(key),
@@ -178,9 +178,7 @@ def _write_parquet(pairs: Iterable[tuple[Any, Any]], f: BinaryIO) -> int:
             else:
                 table = pa.Table.from_pydict({"key": keys, "value": values}, writer.schema)
         except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise _not_writable(
-                keys[0], "pairs from it on do not fit a column:", "Parquet", exc
-            ) from exc
+            raise _not_writable(keys[0], "batch of pairs from it on", "Parquet", exc) from exc
         writer.write_table(table)
         keys.clear()
         values.clear()

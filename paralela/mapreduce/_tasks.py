@@ -16,11 +16,14 @@ exception as ``__cause__`` (:func:`reraise`).
 
 from __future__ import annotations
 
+import functools
+import itertools
+import operator
 import os
 import pickle
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +44,7 @@ __all__ = [
 ]
 
 Segment = tuple[str, int, int]
+chain_all = itertools.chain.from_iterable
 # Characters of a record's repr quoted in an error.
 RECORD_REPR = 200
 
@@ -168,7 +172,7 @@ def run_map_task(job: MapJob, split: Any) -> MapTaskResult:
             or the split cannot be read (an :class:`InputError`).
         MapReduceError: spill files cannot be written (a full disk), naming the directory.
     """
-    from paralela.mapreduce._inputs import locate, read_split
+    from paralela.mapreduce._inputs import read_split_batches
     from paralela.mapreduce._shuffle import MapOutput
 
     started = time.perf_counter()
@@ -182,34 +186,50 @@ def run_map_task(job: MapJob, split: Any) -> MapTaskResult:
     )
     mapper = job.mapper
     add_all = out.add_all
-    index = -1
-    record: Any = None
+    fn: Any = None  # the mapper, or a wrapper giving the items of the mappings it returns
+    done = 0  # records in the batches before the current one
+    batch: list[Any] = []
+    rest: Iterator[Any] = iter(batch)
+    reading = True
     try:
-        for index, record in enumerate(read_split(split)):  # noqa: B007  (read on failure)
-            pairs = mapper(record)
-            if isinstance(pairs, Mapping):
-                pairs = pairs.items()
-            add_all(pairs)
+        # The hot loop: per batch of records (~1 MiB of lines), one add_all over every
+        # pair of the batch, chained in C; no Python code of ours runs per record or pair.
+        for batch in read_split_batches(split):
+            reading = False
+            rest = iter(batch)
+            if fn is None:  # the first record decides: pairs, or a mapping
+                for record in rest:
+                    pairs = mapper(record)
+                    fn = mapper
+                    if isinstance(pairs, Mapping):
+                        fn = functools.partial(_items, mapper)
+                        pairs = pairs.items()
+                    add_all(pairs)
+                    break
+            add_all(chain_all(map(fn, rest)))
+            done += len(batch)
+            reading = True
+        reading = False
+        batch, rest = [], iter(())
         segments = out.close()
     except InputError as exc:
         raise _failed(exc, exc.__cause__) from None
-    except UserFunctionError as exc:  # a bad pair, or the combiner raised
-        where = locate(split, index) if index >= 0 else split.describe()
-        raise _failed(_with_record(exc, where, record), exc.__cause__) from None
-    except OSError as exc:
-        if _under(getattr(exc, "filename", None), job.spill_dir):
-            raise MapReduceError(
-                f"Spill files cannot be written in {job.spill_dir}: {exc}. Free space "
-                "there, or pass run_dir= on a larger filesystem."
-            ) from exc
-        raise _failed(_mapper_error(exc, split, index, record), exc) from None
     except Exception as exc:
-        raise _failed(_mapper_error(exc, split, index, record), exc) from None
+        if reading:  # an error of the reader that is not an InputError (a bug)
+            raise
+        # Which record: map() has pulled it from ``rest`` when it fails (-1: none, the
+        # last spill was being written).
+        offset = len(batch) - operator.length_hint(rest) - 1 if batch else -1
+        record = batch[offset] if batch else None
+        error = _map_failure(exc, job, split, done + offset if batch else -1, record)
+        if error is exc:
+            raise
+        raise error from error.__cause__
     stats = out.stats
     return MapTaskResult(
         split.index,
         segments,
-        index + 1,
+        done,
         stats.pairs_in,
         stats.pairs_out,
         stats.spills,
@@ -217,6 +237,39 @@ def run_map_task(job: MapJob, split: Any) -> MapTaskResult:
         stats.peak_buffer_bytes,
         time.perf_counter() - started,
     )
+
+
+def _items(mapper: Callable[[Any], Any], record: Any) -> Any:
+    """A mapper returning a mapping: its items are the pairs (any other return as is)."""
+    pairs = mapper(record)
+    return pairs.items() if isinstance(pairs, Mapping) else pairs
+
+
+def _map_failure(exc: Exception, job: MapJob, split: Any, index: int, record: Any) -> BaseException:
+    """The error to raise for ``exc`` in a map task, ``index`` its record in the split
+    (``-1``: after the last record, while the last spill was written)."""
+    from paralela.mapreduce._inputs import locate
+
+    if isinstance(exc, UserFunctionError):
+        if exc.function == "combiner" or index < 0:  # no record to blame: say which split
+            error = UserFunctionError(
+                f"{exc}\n  in the map task of {split.describe()}",
+                function=exc.function,
+                where=exc.where,
+            )
+            return _failed(error, exc.__cause__)
+        where = locate(split, index)
+        return _failed(_with_record(exc, where, record), exc.__cause__)
+    if isinstance(exc, OSError) and _under(getattr(exc, "filename", None), job.spill_dir):
+        spill_error = MapReduceError(
+            f"Spill files cannot be written in {job.spill_dir}: {exc}. Free space "
+            "there, or pass run_dir= on a larger filesystem."
+        )
+        spill_error.__cause__ = exc
+        return spill_error
+    if index < 0:
+        return exc  # not the user's: ours, with its own traceback
+    return _failed(_mapper_error(exc, split, index, record), exc)
 
 
 def _under(filename: Any, directory: str) -> bool:

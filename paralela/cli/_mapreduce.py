@@ -1,0 +1,299 @@
+"""``paralela mapreduce``: a job file's mapper and reducer over files, on every core.
+
+::
+
+    job.py ──import (its directory first on sys.path)──> mapper, reducer, combiner?
+    --input 'corpus/*.txt' (repeatable) ──> paralela.mapreduce(...)
+        --output DIR: part-NNNNN.jsonl|parquet + _SUCCESS; else JSON Lines on stdout
+    summary ──> stderr; a failure ──> one paragraph on stderr and an exit code
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from paralela._config import UNSET
+from paralela.backends import available_backends
+from paralela.cli._app import app
+from paralela.cli._errors import (
+    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    exit_code_for,
+    fail,
+)
+from paralela.cli._load import load_function
+from paralela.errors import MissingExtraError, ParalelaError
+
+__all__ = ["mapreduce_command"]
+
+
+class Format(str, enum.Enum):
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+class Engine(str, enum.Enum):
+    local = "local"
+    spark = "spark"
+
+
+MAPREDUCE_HELP = (
+    "Run the mapper and reducer that JOB.py defines (and its combiner, if it defines "
+    "one) over the records of every --input: lines of text files (gzip too), JSON "
+    "Lines, CSV rows or Parquet rows.\n\n"
+    "Example: paralela mapreduce examples/wordcount.py --input 'corpus/*.txt' "
+    "--output counts/\n\n"
+    "With --output, one part-NNNNN.jsonl (or .parquet) file per partition and a "
+    "_SUCCESS manifest are written there; without it, the pairs go to stdout as JSON "
+    'Lines {"key": ..., "value": ...}, partition after partition (keys sorted within '
+    "a partition, not across them: pipe through sort for a total order). A summary "
+    "goes to stderr."
+)
+
+
+def _job_functions(job: str) -> tuple[Any, Any, Any]:
+    """``mapper``, ``reducer`` and ``combiner`` (or ``None``) of a job file or module."""
+    mapper = load_function(f"{job}:mapper")
+    module = sys.modules[mapper.__module__]
+    if not callable(getattr(module, "reducer", None)):
+        fail(
+            f"{job} defines mapper but no reducer function: a job file defines "
+            "mapper(record) and reducer(key, values), and may define combiner(key, values).",
+            EXIT_USAGE,
+        )
+    combiner = getattr(module, "combiner", None)
+    if combiner is not None and not callable(combiner):
+        fail(f"{job} defines combiner, but it is not a function.", EXIT_USAGE)
+    return mapper, module.reducer, combiner
+
+
+def _parse_options(pairs: list[str]) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            fail(
+                f"--option expects KEY=VALUE, got {pair!r}; e.g. --option slurm_partition=gpu.",
+                EXIT_USAGE,
+            )
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _print_pairs(result: Any) -> None:
+    encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+    out = sys.stdout
+    for key, value in result:
+        try:
+            line = encode({"key": key, "value": value})
+        except (TypeError, ValueError) as exc:
+            fail(
+                f"The value for key {key!r} cannot be printed as JSON ({exc}). Return "
+                "JSON values from the reducer, or use --output DIR --format parquet.",
+                EXIT_FAILED,
+            )
+        out.write(line + "\n")
+    out.flush()
+
+
+@app.command(
+    "mapreduce",
+    help=MAPREDUCE_HELP,
+    short_help="Map, shuffle by key and reduce over files (word counts, vocabularies).",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+)
+def mapreduce_command(
+    job: Annotated[
+        str,
+        typer.Argument(
+            metavar="JOB.py",
+            help="A Python file (or module) defining mapper(record), reducer(key, values) "
+            "and optionally combiner(key, values).",
+            show_default=False,
+        ),
+    ],
+    input_: Annotated[
+        list[str],
+        typer.Option(
+            "--input",
+            "-i",
+            metavar="PATH",
+            help="A file, directory or quoted glob ('corpus/*.txt'); repeatable.",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="DIR",
+            help="Write part-NNNNN files and _SUCCESS to DIR (atomically). Default: JSON "
+            "Lines on stdout.",
+            show_default=False,
+        ),
+    ] = None,
+    format_: Annotated[
+        Format, typer.Option("--format", "-f", help="Format of the --output files.")
+    ] = Format.jsonl,
+    input_format: Annotated[
+        str | None,
+        typer.Option(
+            "--input-format",
+            metavar="text|jsonl|csv|parquet",
+            help="How to read the inputs. Default: from each file's extension.",
+            show_default=False,
+        ),
+    ] = None,
+    encoding: Annotated[
+        str,
+        typer.Option("--encoding", help="Encoding of text, JSONL and CSV inputs."),
+    ] = "utf-8",
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--partitions",
+            "-p",
+            min=1,
+            help="Reduce tasks. Default: 2 x workers.",
+            show_default=False,
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            "-w",
+            min=1,
+            help="Workers. Default: the CPUs this process may use.",
+            show_default=False,
+        ),
+    ] = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-limit",
+            metavar="SIZE",
+            help="Map-side buffer per map task before it spills to disk, e.g. 512MB. "
+            "Default: a quarter of this allocation's memory over the workers.",
+            show_default=False,
+        ),
+    ] = None,
+    split_bytes: Annotated[
+        str,
+        typer.Option(
+            "--split-bytes", metavar="SIZE", help="The most bytes of a file per map task."
+        ),
+    ] = "64MiB",
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--run-dir",
+            metavar="DIR",
+            help="Keep the job's state in DIR; running again with it resumes (needed "
+            "with --backend slurm, on a shared filesystem).",
+            show_default=False,
+        ),
+    ] = None,
+    engine: Annotated[
+        Engine, typer.Option("--engine", help="local (processes, Slurm) or spark.")
+    ] = Engine.local,
+    master: Annotated[
+        str | None,
+        typer.Option(
+            "--master",
+            metavar="URL",
+            help="Spark master for --engine spark: local[*] (default), spark://host:7077, yarn.",
+            show_default=False,
+        ),
+    ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            "-b",
+            help="processes (default), threads, sequential, or slurm (see --option).",
+            show_default=False,
+        ),
+    ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            "-O",
+            metavar="KEY=VALUE",
+            help="A backend option, repeatable (e.g. slurm_partition=cpu, timeout_min=60).",
+            show_default=False,
+        ),
+    ] = None,
+    retries: Annotated[
+        int | None,
+        typer.Option(
+            "--retries",
+            min=0,
+            help="Times a task is run again when its worker dies. Default: 2.",
+            show_default=False,
+        ),
+    ] = None,
+    progress: Annotated[
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress",
+            help="Progress bars on stderr. Default: when stderr is a terminal.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run a MapReduce job file; see ``MAPREDUCE_HELP``. Exits through :class:`typer.Exit`
+    with the codes of :mod:`paralela.cli._errors`."""
+    from paralela.mapreduce import mapreduce
+
+    if backend is not None and backend not in available_backends():
+        fail(
+            f"Unknown backend {backend!r}; valid backends are: {', '.join(available_backends())}.",
+            EXIT_USAGE,
+        )
+    backend_options = _parse_options(option or [])
+    mapper, reducer, combiner = _job_functions(job)
+    try:
+        result = mapreduce(
+            mapper,
+            reducer,
+            input_[0] if len(input_) == 1 else list(input_),
+            combiner=combiner,
+            partitions=partitions,
+            engine=engine.value,
+            workers=UNSET if workers is None else workers,
+            backend=UNSET if backend is None else backend,
+            memory_limit=memory_limit,
+            run_dir=run_dir,
+            output=output,
+            output_format=format_.value,
+            input_format=input_format,
+            encoding=encoding,
+            split_bytes=split_bytes,
+            retries=UNSET if retries is None else retries,
+            progress=UNSET if progress is None else progress,
+            backend_options=backend_options or None,
+            master=master,
+        )
+        if output is None:
+            _print_pairs(result)
+    except KeyboardInterrupt:
+        kept = f" Finished tasks are kept in {run_dir}; run again to resume." if run_dir else ""
+        fail(f"Interrupted.{kept}", EXIT_INTERRUPTED)
+    except MissingExtraError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except ParalelaError as exc:
+        fail(str(exc), exit_code_for(exc))
+    where = f"; {len(result.output_files)} files in {output}" if output is not None else ""
+    typer.echo(f"paralela mapreduce: {result.summary}{where}", err=True)
