@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -236,6 +237,15 @@ def restart_figures(run: Run) -> dict[str, float]:
     }
 
 
+def _failure_reason(exc: BenchError) -> str:
+    """The first line of a failed run's error, with the last exception its output shows
+    (ports and pids replaced by N, so that the same failure is counted as one reason)."""
+    lines = str(exc).splitlines()
+    errors = [ln.strip() for ln in lines[1:] if re.match(r"\s*\w+(Error|Exception): ", ln)]
+    reason = lines[0] + (f" ({errors[-1][:200]})" if errors else "")
+    return re.sub(r"(?<=[:= ])\d{3,}", "N", reason)
+
+
 def measure(
     section: str,
     reps: int,
@@ -269,7 +279,7 @@ def measure(
             except BenchError as exc:
                 if not tolerate:
                     raise
-                reason = str(exc).splitlines()[0]
+                reason = _failure_reason(exc)
                 pairs.failures[tool].append(reason)
                 log(f"  {section} {rep + 1}/{reps} {tool}: FAILED: {reason}")
                 continue

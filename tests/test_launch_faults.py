@@ -110,6 +110,41 @@ def test_a_rank_stalling_before_the_group_is_complete_stops_the_launch(
     assert "did not complete within 3 s" in done.stderr
 
 
+# Rank 0 tries the store's port before it imports torch, then both ranks join as usual.
+EARLY = textwrap.dedent(
+    """
+    import os, socket
+    if os.environ["RANK"] == "0":
+        port = int(os.environ["MASTER_PORT"])
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        print("the store's port takes connections before torch is imported", flush=True)
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1))
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_rank_0_listens_on_the_stores_port_from_its_first_line(tmp_path: Path) -> None:
+    # A rank that reaches init_process_group first then connects at once instead of
+    # backing off while rank 0 imports torch (bench/bench_launch.py's start-up).
+    script = tmp_path / "early.py"
+    script.write_text(EARLY)
+    done = subprocess.run(
+        [sys.executable, "-m", "paralela", "launch", "--nproc", "2", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "[rank 0] the store's port takes connections before torch" in done.stdout, (
+        done.stdout + done.stderr
+    )
+
+
 # Each rank starts a long `sleep` (its own child) and reports both pids, then waits.
 SPAWNER = textwrap.dedent(
     """
