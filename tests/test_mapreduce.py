@@ -234,6 +234,21 @@ def test_parquet_output_files_round_trip(corpus: Path, tmp_path: Path) -> None:
     assert got == dict(expected_counts(corpus)) == result.to_dict()
 
 
+def mod_three(x: int) -> list[tuple[int, int]]:
+    return [(x % 3, x)]
+
+
+def test_parquet_parts_of_empty_partitions_share_the_others_schema(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "out"
+    paralela.mapreduce(mod_three, total, list(range(30)), backend="sequential", partitions=8,
+                       output=out, output_format="parquet")  # fmt: skip
+    assert len(list(out.glob("part-*.parquet"))) == 8  # one per partition, 5 of them empty
+    table = pq.read_table(out)  # one schema for the directory, from whichever file
+    got = dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
+    assert got == {0: sum(range(0, 30, 3)), 1: sum(range(1, 30, 3)), 2: sum(range(2, 30, 3))}
+
+
 def test_an_output_directory_holding_other_files_is_refused(corpus: Path, tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match=r"holds other files \(notes.txt\)"):

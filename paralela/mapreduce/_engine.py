@@ -40,7 +40,13 @@ from paralela._files import make_dirs
 from paralela.backends import Backend
 from paralela.errors import ConfigError, FingerprintMismatchError, MapReduceError
 from paralela.mapping import imap
-from paralela.mapreduce._output import Part, check_output_dir, remove_stale_parts, write_success
+from paralela.mapreduce._output import (
+    Part,
+    check_output_dir,
+    remove_stale_parts,
+    type_empty_parquet_parts,
+    write_success,
+)
 from paralela.mapreduce._result import MapReduceResult, MapReduceSummary
 from paralela.mapreduce._tasks import (
     MapJob,
@@ -192,6 +198,7 @@ def run_local(job: LocalJob) -> MapReduceResult:
         summary.keys = sum(p.pairs for p in parts)
         if job.output is not None:
             remove_stale_parts(job.output, [p.path for p in parts])
+            type_empty_parquet_parts(parts)
             write_success(job.output, parts)
         shutil.rmtree(spill_dir, ignore_errors=True)
         keep_temporary = job.output is None

@@ -42,6 +42,7 @@ __all__ = [
     "part_name",
     "read_part",
     "remove_stale_parts",
+    "type_empty_parquet_parts",
     "write_part",
     "write_success",
 ]
@@ -116,8 +117,8 @@ def _write_pickle(pairs: Iterable[tuple[Any, Any]], f: BinaryIO) -> int:
 def _not_writable(key: Any, what: str, fmt: str, exc: BaseException) -> UserFunctionError:
     error = UserFunctionError(
         f"The reducer's result for key {short_repr(key)} cannot be written as {fmt}: "
-        f"the {what} cannot be encoded ({exc}). Return values {fmt} can hold (numbers, strings, lists, "
-        "dicts), or leave output= unset to keep Python objects.",
+        f"the {what} cannot be encoded ({exc}). Return values {fmt} can hold (numbers, "
+        "strings, lists, dicts), or leave output= unset to keep Python objects.",
         function="reducer",
         where=short_repr(key),
     )
@@ -194,14 +195,30 @@ def _write_parquet(pairs: Iterable[tuple[Any, Any]], f: BinaryIO) -> int:
             count += len(keys)
             if keys:
                 flush()
-            else:  # an empty partition: a file with the two columns and no rows
+            else:  # an empty partition: the two columns, typed null (they take the
+                # other parts' types when a reader unifies the files' schemas)
                 writer = pa.parquet.ParquetWriter(
-                    f, pa.schema([("key", pa.string()), ("value", pa.int64())])
+                    f, pa.schema([("key", pa.null()), ("value", pa.null())])
                 )
     finally:
         if writer is not None:
             writer.close()
     return count
+
+
+def type_empty_parquet_parts(parts: list[Part]) -> None:
+    """Give the Parquet parts of empty partitions the schema of the first part with rows
+    (a reduce task writing an empty partition cannot know it), so that readers that take
+    one file's schema for all (``pyarrow.parquet.read_table(dir)``, Spark) read them all."""
+    typed = next((p for p in parts if p.format == "parquet" and p.pairs), None)
+    if typed is None:
+        return
+    pa = _pyarrow()
+    schema = pa.parquet.read_schema(typed.path)
+    for part in parts:
+        if part.format == "parquet" and not part.pairs:
+            with replacing(part.path) as f:
+                pa.parquet.ParquetWriter(f, schema).close()
 
 
 def read_part(part: Part) -> Iterator[tuple[Any, Any]]:
