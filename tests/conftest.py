@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from spark_helpers import spark_cluster, spark_sessions  # noqa: F401  (Spark fixtures)
 
 from paralela.backends._processes import ProcessBackend
 
