@@ -290,7 +290,7 @@ def _checked(result: ReduceTaskResult) -> Part:
         raise MapReduceError(
             f"The result file {result.part.path} of partition {result.part.partition} is "
             "gone, though the run directory records it as written. Delete the run "
-            "directory's reduce/ folder and run again to write the partitions anew."
+            "directory and run again to compute the job anew."
         )
     return result.part
 

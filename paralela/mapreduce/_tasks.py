@@ -324,7 +324,8 @@ def run_reduce_task(job: ReduceJob, task: ReduceTask) -> ReduceTaskResult:
     except OSError as exc:
         raise MapReduceError(
             f"Partition {task.partition} cannot be reduced: {exc}. If a spill file is "
-            "missing, the run directory was changed while the job ran; if the output "
+            "missing, the job's directory was changed behind its back (a finished job's "
+            "spills/ are removed): delete the run directory and run again. If the output "
             "cannot be written, free space or pass another output directory."
         ) from exc
     return ReduceTaskResult(
