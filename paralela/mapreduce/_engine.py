@@ -281,6 +281,7 @@ def _reduce_phase(
         summary.reduce_tasks = len(tasks)
         summary.reduce_tasks_reused = iterator.summary.resumed_items
         summary.retries += iterator.summary.retries
+    parts.sort(key=lambda p: p.partition)  # they arrive as they finish
     return parts
 
 
