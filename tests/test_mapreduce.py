@@ -300,6 +300,19 @@ def test_a_mapper_that_yields_no_pair_is_named(tmp_path: Path) -> None:
     assert "'one'" in str(info.value)
 
 
+def none_for_b(line: str) -> list[tuple[str, int]] | None:
+    return None if line == "b" else [(line, 1)]
+
+
+def test_a_mapper_that_returns_none_for_a_record_is_named(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a\nb\nc\n")
+    with pytest.raises(UserFunctionError) as info:
+        paralela.mapreduce(none_for_b, total, str(tmp_path / "a.txt"), workers=2)
+    assert "returned something that is not an iterable of (key, value) pairs" in str(info.value)
+    assert info.value.where is not None
+    assert info.value.where.endswith("a.txt line 2")
+
+
 def test_a_reducer_that_raises_names_the_key(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("alpha beta\nbeta gamma\n")
     with pytest.raises(UserFunctionError) as info:

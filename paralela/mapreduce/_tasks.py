@@ -45,6 +45,7 @@ __all__ = [
 
 Segment = tuple[str, int, int]
 chain_all = itertools.chain.from_iterable
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Characters of a record's repr quoted in an error.
 RECORD_REPR = 200
 
@@ -289,12 +290,31 @@ def _mapper_error(exc: BaseException, split: Any, index: int, record: Any) -> Us
             where=where,
         )
     where = locate(split, index)
+    if isinstance(exc, TypeError) and not _raised_in_user_code(exc):
+        # Raised by iterating what the mapper returned (None, a number), not in it.
+        return UserFunctionError(
+            f"The mapper returned something that is not an iterable of (key, value) "
+            f"pairs ({exc}); a mapper yields pairs, or returns a list or a mapping of "
+            f"them.\n  at {where}, record {short_repr(record, RECORD_REPR)}",
+            function="mapper",
+            where=where,
+        )
     return UserFunctionError(
         f"The mapper raised {type(exc).__name__}: {exc}\n  at {where}, record "
         f"{short_repr(record, RECORD_REPR)}",
         function="mapper",
         where=where,
     )
+
+
+def _raised_in_user_code(exc: BaseException) -> bool:
+    """Whether the innermost Python frame of ``exc``'s traceback is outside paralela."""
+    tb = exc.__traceback__
+    if tb is None:
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return not tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR)
 
 
 def _with_record(exc: UserFunctionError, where: str, record: Any) -> UserFunctionError:
