@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from paralela.errors import MapReduceError, UserFunctionError
-from paralela.mapreduce import _spill
+from paralela.mapreduce import _merge, _segments, _spill
 from paralela.mapreduce._shuffle import (
     MapOutput,
     Segment,
@@ -138,10 +138,15 @@ def test_spill_files_and_no_temporary_leftovers(tmp_path: Path) -> None:
     out.add_all((f"k{i % 700}", i) for i in range(20_000))
     segments = out.close()
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names
-    assert all(name.startswith("map-00012-spill-") for name in names)
-    assert len(names) == out.stats.spills
+    assert out.stats.spills > _spill.MAP_FILES
+    assert out.stats.merges == 1
+    # the first spills were merged into one file (and deleted), the last few are kept
+    kept = out.stats.spills - _segments.MERGE_FACTOR if out.stats.spills > 64 else 0
+    assert names == ["map-00012-merged-0000"] + [
+        f"map-00012-spill-{i:04d}" for i in range(out.stats.spills - kept, out.stats.spills)
+    ]
     assert out.close() == segments  # idempotent
+    assert _reduce_all(segments) == {f"k{j}": sum(range(j, 20_000, 700)) for j in range(700)}
     for partition, parts in segments.items():
         for path, offset, length in parts:
             assert Path(path).parent == tmp_path
@@ -150,6 +155,34 @@ def test_spill_files_and_no_temporary_leftovers(tmp_path: Path) -> None:
             assert all(
                 partition_of(key, 4) == partition for key, _ in read_segment((path, offset, length))
             )
+
+
+@pytest.mark.parametrize("combiner", [None, _sum], ids=["no-combiner", "combiner"])
+def test_many_spills_are_merged_in_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, combiner: Any
+) -> None:
+    """With a merge factor of 3, a map task's 20+ spills are merged 3 at a time until
+    MAP_FILES are left, and a reduce task with more segments than 3 merges them in
+    temporary files, which it deletes."""
+    monkeypatch.setattr(_spill, "MERGE_FACTOR", 3)
+    monkeypatch.setattr(_merge, "MERGE_FACTOR", 3)
+    tokens = _corpus(30_000, 2_000, seed=7)
+    tasks = [[(w, 1) for w in tokens[i : i + 10_000]] for i in range(0, len(tokens), 10_000)]
+    by_partition, outputs = _shuffle(
+        tasks, tmp_path, partitions=2, combiner=combiner, memory_limit=8 << 10
+    )
+    assert all(out.stats.spills > 10 for out in outputs)
+    assert all(out.stats.merges >= 3 for out in outputs)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == len(tasks) * _spill.MAP_FILES
+    assert all(len(segs) == len(tasks) * _spill.MAP_FILES for segs in by_partition.values())
+    assert _reduce_all(by_partition) == Counter(tokens)
+    assert sorted(p.name for p in tmp_path.iterdir()) == files  # temporary merges deleted
+    assert sum(out.stats.pairs_out for out in outputs) == sum(
+        len(v) for segs in by_partition.values() for s in segs for _, v in read_segment(s)
+    )
+    if combiner is not None:  # merging combined each word to one value per file
+        assert sum(out.stats.pairs_out for out in outputs) <= 4 * 3 * 2_000
 
 
 def test_stats_read_as_attributes_and_items(tmp_path: Path) -> None:
@@ -279,7 +312,7 @@ def test_a_key_with_200k_values_streams(tmp_path: Path) -> None:
         if any(k == "hot" for s in segs for k, _ in read_segment(s))
     )
     chunks = [len(v) for s in segments[hot] for k, v in read_segment(s) if k == "hot"]
-    assert max(chunks) <= _spill.CHUNK_VALUES
+    assert max(chunks) <= _segments.CHUNK_VALUES
     assert sum(chunks) == 200_000
 
 
@@ -418,7 +451,10 @@ def test_bad_arguments(tmp_path: Path) -> None:
 
 _MEMORY_SCRIPT = """
 import os, sys, tempfile, psutil
+from paralela.mapreduce import _spill
 from paralela.mapreduce._shuffle import MapOutput, reduce_partition
+
+_spill.MAP_FILES = 10**6  # keep every spill: the reduce side merges 20+ segments
 
 def pairs(n):
     for i in range(n):
@@ -461,11 +497,12 @@ def test_memory_stays_under_the_limit_plus_a_margin(tmp_path: Path) -> None:
     the map side's RSS grows by at most the limit + 32 MiB, the reduce side's by 32 MiB.
 
     Growth is measured from the RSS of the child process after its imports, so the
-    interpreter's own ~30 MB is not part of it. Measured here: map side +18 MiB (22
-    spills), reduce side +1 to +2 MiB. The margin covers the chunk of 20k pairs the
-    script holds (~3 MiB), the estimate's error (sizes are sampled), the allocator's
-    free lists after a spill, and on the reduce side the 22 open segments (a 64 KiB
-    buffer and one decoded record of up to ~256 KiB of pickle each) of a partition.
+    interpreter's own ~30 MB is not part of it. The child keeps all 22 spills (no merge
+    at close), so each reduce merges 22 segments at once. Measured here: map side +18
+    MiB, reduce side +1 to +2 MiB. The margin covers the chunk of 20k pairs the script
+    holds (~3 MiB), the estimate's error (sizes are sampled), the allocator's free lists
+    after a spill, and on the reduce side the 22 open segments (a 64 KiB buffer and one
+    decoded record of up to ~256 KiB of pickle each).
     """
     pairs = 700_000
     script = tmp_path / "memory.py"

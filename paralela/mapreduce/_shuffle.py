@@ -5,8 +5,9 @@
 
 :func:`partition_of` (:mod:`._hashing`) sends a key to the same partition in every
 process; :class:`MapOutput` buffers, combines, sorts and spills under a memory limit
-(the on-disk format is drawn in :mod:`._spill`); :func:`reduce_partition` merges the
-segments of one partition with bounded memory (:mod:`._merge`).
+(:mod:`._spill`; the on-disk format is drawn in :mod:`._segments`);
+:func:`reduce_partition` merges the segments of one partition with bounded memory
+(:mod:`._merge`).
 """
 
 from __future__ import annotations

@@ -5,22 +5,10 @@
                         │   over memory_limit and a combiner?  combine every list in place
                         │   still over half the limit?         spill
                         ▼
-    spill:  keys ─partition_of─> P lists ─sort by key order─> one spill file:
-
-    DIR/NAME-spill-0000   (written through paralela._files.replacing: complete or absent)
-    ┌─ segment of partition 0 ────────────────────────────┬─ partition 3 ─┬─ ...
-    │ header  pickle ("paralela-shuffle", 1, str_only)     │ header        │
-    │ record  pickle [(key, [v, v, ...]), (key, [v]), ...] │ record ...    │
-    │ record  ...   (entries sorted by key order)          │               │
-    └──────────────────────────────────────────────────────┴───────────────┴─
-    Segment = (path, offset, length) of one partition's bytes in one spill file.
-
-One file per spill holds every partition (few files however many partitions); a
-partition without keys has no segment. Entries are sorted by :func:`~._hashing.order`
-(plain ``str`` order when ``str_only``, which lets the merge compare keys directly). A
-key with many values is written as consecutive entries of at most ``CHUNK_VALUES``
-values, and a record holds entries up to about ``RECORD_BYTES`` of pickle, so a reader
-needs one record per segment in memory, never a whole key.
+    spill:  keys ─partition_of─> P lists ─sort by key order─> one spill file, a segment
+            per partition (format in ._segments)
+    close:  last spill; more than MAP_FILES spill files are merged (with the combiner)
+            into one, so a reduce task opens at most MAP_FILES segments per map task
 
 The combiner may run zero, one or several times on a key's values (while buffering,
 at each spill): it must accept its own results as values, as Hadoop's and Spark's do.
@@ -29,23 +17,28 @@ at each spill): it must accept its own results as values, as Hadoop's and Spark'
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, NoReturn
 
 from paralela import _files
 from paralela.errors import UserFunctionError
 from paralela.mapreduce._hashing import order, partition_of
+from paralela.mapreduce._segments import (
+    MERGE_FACTOR,
+    Segment,
+    SegmentWriter,
+    combine,
+    merge_files,
+    remove,
+    short,
+)
 
-__all__ = ["FORMAT", "MapOutput", "Segment", "ShuffleStats"]
-
-Segment = tuple[str, int, int]
-FORMAT = ("paralela-shuffle", 1)
+__all__ = ["MapOutput", "Segment", "ShuffleStats"]
 
 # How often (in pairs) the buffer's size is estimated. add_all runs up to CHECK_EVERY
 # pairs in one tight loop between checks (a check costs about a microsecond: two
@@ -61,10 +54,9 @@ CHECK_EVERY = 8192
 # 8: 5.8M/s, 12 MB; 32: 5.7M/s, 21 MB; 128: 5.6M/s, 60 MB. Short lists are faster
 # (appends stay in cache) and far smaller; 16 sits between 8 and 32.
 COMBINE_AVERAGE = 16
-# Most values one entry of a spill carries; a key with more is written as several.
-CHUNK_VALUES = 1024
-# Target size of one pickled record; records shrink their entry count after a larger one.
-RECORD_BYTES = 256 * 1024
+# Most spill files a map task leaves; close() merges more into one. Each costs the
+# reduce side an open segment; merging costs a read and a write of the spilled bytes.
+MAP_FILES = 4
 # Bytes a buffered key costs beyond its own object: dict slot and index (~40 with the
 # table's spare room), its list object (56) and the list's spare capacity.
 _KEY_OVERHEAD = 120
@@ -81,15 +73,17 @@ class ShuffleStats:
 
     Attributes:
         pairs_in: pairs added.
-        pairs_out: values written to spill files, after combining.
-        spills: spill files written.
-        bytes_spilled: bytes of those files.
+        pairs_out: values in the files close() leaves, after combining.
+        spills: spill files written (before any merge).
+        merges: files written by merging spills at close (see MAP_FILES).
+        bytes_spilled: bytes of the files close() leaves: what the reduce side reads.
         peak_buffer_bytes: the largest estimated size of the in-memory buffer.
     """
 
     pairs_in: int = 0
     pairs_out: int = 0
     spills: int = 0
+    merges: int = 0
     bytes_spilled: int = 0
     peak_buffer_bytes: int = 0
 
@@ -143,7 +137,8 @@ class MapOutput:
         self._key_size = 64.0 + _KEY_OVERHEAD  # running estimates, refined by sampling
         self._value_size = 32.0 + _LIST_SLOT
         self._record_values = 4096
-        self._segments: dict[int, list[Segment]] = {}
+        self._files: list[dict[int, Segment]] = []  # the segments of each spill file
+        self._file_values: list[int] = []  # and the values in it
         self._closed = False
         self.stats = ShuffleStats()
 
@@ -192,7 +187,7 @@ class MapOutput:
             it = iter(pairs)
         except TypeError:
             raise UserFunctionError(
-                f"The mapper returned {_short(pairs)} (type {type(pairs).__name__}), which "
+                f"The mapper returned {short(pairs)} (type {type(pairs).__name__}), which "
                 "is not iterable; a mapper yields (key, value) pairs or returns a list of them.",
                 function="mapper",
             ) from None
@@ -251,7 +246,7 @@ class MapOutput:
         values = 0
         for key, lst in buf.items():
             if len(lst) > 1:
-                buf[key] = [_combine(combiner, key, lst)]
+                buf[key] = [combine(combiner, key, iter(lst))]
             values += 1 if len(lst) > 1 else len(lst)
         self._values = values
 
@@ -266,61 +261,29 @@ class MapOutput:
         for key in buf:
             by_partition[partition_of(key, parts)].append(key)
         path = self._directory / f"{self._name}-spill-{self.stats.spills:04d}"
-        written: list[tuple[int, int, int]] = []
+        combiner = self._combiner
+        segments: dict[int, Segment] = {}
+        values_written = []
         with _files.replacing(path) as f:
             for partition, keys in enumerate(by_partition):
-                if keys:
-                    start = f.tell()
-                    self._write_segment(f, keys)
-                    written.append((partition, start, f.tell() - start))
-            size = f.tell()
-        for partition, start, length in written:
-            self._segments.setdefault(partition, []).append((str(path), start, length))
+                if not keys:
+                    continue
+                str_only = set(map(type, keys)) == {str}
+                keys.sort(key=None if str_only else order)
+                writer = SegmentWriter(f, str_only, self._record_values)
+                for key in keys:
+                    values = buf[key]
+                    if combiner is not None and len(values) > 1:
+                        values = [combine(combiner, key, iter(values))]
+                    writer.add(key, values)
+                segments[partition] = (str(path), writer.start, writer.close())
+                values_written.append(writer.values)
+                self._record_values = writer.record_values
+        self._files.append(segments)
+        self._file_values.append(sum(values_written))
         self.stats.spills += 1
-        self.stats.bytes_spilled += size
         buf.clear()
         self._values = 0
-
-    def _write_segment(self, f: BinaryIO, keys: list[Any]) -> None:
-        str_only = set(map(type, keys)) == {str}
-        if str_only:
-            keys.sort()
-        else:
-            keys.sort(key=order)
-        f.write(pickle.dumps((*FORMAT, str_only), protocol=pickle.HIGHEST_PROTOCOL))
-        buf = self._buf
-        combiner = self._combiner
-        record: list[tuple[Any, list[Any]]] = []
-        weight = 0
-        out = 0
-        for key in keys:
-            values = buf[key]
-            if combiner is not None and len(values) > 1:
-                values = [_combine(combiner, key, values)]
-            out += len(values)
-            chunk = min(CHUNK_VALUES, self._record_values)
-            if len(values) <= chunk:
-                record.append((key, values))
-                weight += len(values) + 1
-            else:
-                for i in range(0, len(values), chunk):
-                    record.append((key, values[i : i + chunk]))
-                    weight += chunk + 1
-                    if weight >= self._record_values:
-                        self._write_record(f, record)
-                        record, weight = [], 0
-            if weight >= self._record_values:
-                self._write_record(f, record)
-                record, weight = [], 0
-        if record:
-            self._write_record(f, record)
-        self.stats.pairs_out += out
-
-    def _write_record(self, f: BinaryIO, record: list[tuple[Any, list[Any]]]) -> None:
-        data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
-        f.write(data)
-        if len(data) > RECORD_BYTES:  # values are large: fewer per record from now on
-            self._record_values = max(1, self._record_values * RECORD_BYTES // len(data))
 
     def close(self) -> dict[int, list[Segment]]:
         """Spill what is buffered; the segments of every partition that has data.
@@ -334,20 +297,25 @@ class MapOutput:
             self._pending = 0
             self._estimate()
             self._spill()
+            merged = 0
+            while len(self._files) > MAP_FILES:
+                group = self._files[:MERGE_FACTOR]
+                path = self._directory / f"{self._name}-merged-{merged:04d}"
+                file, values = merge_files(group, path, self._combiner)
+                self._files = [*self._files[MERGE_FACTOR:], file]
+                self._file_values = [*self._file_values[MERGE_FACTOR:], values]
+                remove(sorted({seg[0] for file in group for seg in file.values()}))
+                merged += 1
+            self.stats.merges = merged
             self._closed = True
-        return {p: list(s) for p, s in sorted(self._segments.items())}
-
-
-def _combine(combiner: Callable[[Any, Iterator[Any]], Any], key: Any, values: list[Any]) -> Any:
-    try:
-        return combiner(key, iter(values))
-    except Exception as exc:
-        raise UserFunctionError(
-            f"The combiner raised {type(exc).__name__}: {exc}\n  for key {_short(key)} "
-            f"(over {len(values)} values)",
-            function="combiner",
-            where=repr(key)[:200],
-        ) from exc
+            self.stats.pairs_out = sum(self._file_values)
+            paths = {segment[0] for file in self._files for segment in file.values()}
+            self.stats.bytes_spilled = sum(os.path.getsize(path) for path in paths)
+        by_partition: dict[int, list[Segment]] = {}
+        for spilled in self._files:
+            for partition, segment in spilled.items():
+                by_partition.setdefault(partition, []).append(segment)
+        return dict(sorted(by_partition.items()))
 
 
 def _size(obj: Any) -> int:
@@ -376,20 +344,15 @@ def _pair_problem(item: Any) -> str | None:
         kind = type(item).__name__
         length = f" of length {len(item)}" if isinstance(item, (tuple, list)) else ""
         return (
-            f"The mapper yielded {_short(item)} (a {kind}{length}), not a (key, value) "
+            f"The mapper yielded {short(item)} (a {kind}{length}), not a (key, value) "
             "pair; a mapper yields 2-tuples, e.g. `yield word, 1`, or returns a list of them."
         )
     try:
         hash(item[0])
     except TypeError:
         return (
-            f"The mapper yielded a pair whose key {_short(item[0])} is unhashable (type "
+            f"The mapper yielded a pair whose key {short(item[0])} is unhashable (type "
             f"{type(item[0]).__name__}); keys must be hashable: use a tuple instead of a "
             "list, a frozenset instead of a set."
         )
     return None
-
-
-def _short(obj: Any) -> str:
-    text = repr(obj)
-    return text if len(text) <= 200 else text[:197] + "..."
