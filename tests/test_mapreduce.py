@@ -222,6 +222,11 @@ def test_jsonl_output_files_round_trip(corpus: Path, tmp_path: Path) -> None:
     again = paralela.mapreduce(words, total, str(corpus), workers=2, partitions=2, output=out)
     assert sorted(p.name for p in out.glob("part-*")) == ["part-00000.jsonl", "part-00001.jsonl"]
     assert again.to_dict() == from_files
+    # A run that fails there leaves no _SUCCESS vouching for the parts.
+    with pytest.raises(UserFunctionError):
+        paralela.mapreduce(words, fails_on_beta, ["alpha beta"], input_format="records",
+                           backend="sequential", output=out)  # fmt: skip
+    assert not (out / "_SUCCESS").exists()
 
 
 def test_parquet_output_files_round_trip(corpus: Path, tmp_path: Path) -> None:

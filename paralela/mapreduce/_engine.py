@@ -41,6 +41,7 @@ from paralela.backends import Backend
 from paralela.errors import ConfigError, FingerprintMismatchError, MapReduceError
 from paralela.mapping import imap
 from paralela.mapreduce._output import (
+    SUCCESS_NAME,
     Part,
     check_output_dir,
     remove_stale_parts,
@@ -183,6 +184,8 @@ def run_local(job: LocalJob) -> MapReduceResult:
         parts_dir = job.output if job.output is not None else home / "parts"
         if job.output is not None:
             check_output_dir(job.output)
+            # A former run's _SUCCESS must not vouch for parts this run is rewriting.
+            (job.output / SUCCESS_NAME).unlink(missing_ok=True)
         make_dirs(spill_dir)
         make_dirs(parts_dir)
         summary.plan_seconds += time.perf_counter() - t0

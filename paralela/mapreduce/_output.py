@@ -36,6 +36,7 @@ from paralela.mapping._task import short_repr
 
 __all__ = [
     "EXTENSIONS",
+    "SUCCESS_NAME",
     "FORMATS",
     "check_output_dir",
     "Part",
