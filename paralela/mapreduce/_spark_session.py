@@ -132,7 +132,7 @@ def spark_context(
         from paralela.errors import MapReduceError
 
         raise MapReduceError(
-            f"Spark did not start on master {chosen!r}: {_first_line(exc)}. Check that "
+            f"Spark did not start on master {chosen!r}: {_first_line(exc).rstrip('.')}. Check that "
             "Java 17 or newer is installed (java -version; on Debian: apt-get install "
             "openjdk-17-jre-headless) and that the master answers."
         ) from exc
