@@ -25,6 +25,8 @@ def mapper(line):
         yield word, 1
 
 def reducer(word, counts):
+    if word == "explode":
+        raise ZeroDivisionError("the reducer met explode")
     return sum(counts)
 
 combiner = reducer
@@ -104,6 +106,27 @@ def test_a_mapper_error_is_one_paragraph_naming_file_line_and_record(workdir: Pa
     assert "mapper raised RuntimeError: the mapper met boom" in proc.stderr
     assert "b.txt line 3" in proc.stderr
     assert "'it goes boom here'" in proc.stderr
+
+
+def test_a_reducer_error_is_exit_1_naming_the_key(workdir: Path) -> None:
+    (workdir / "corpus" / "b.txt").write_text("explode here\n")
+    proc = paralela(workdir, "mapreduce", "job.py", "--input", "corpus", "--workers", "2")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "'explode'" in proc.stderr
+    assert "ZeroDivisionError: the reducer met explode" in proc.stderr
+
+
+def test_a_mapper_yielding_no_pairs_is_exit_1_naming_file_and_line(workdir: Path) -> None:
+    (workdir / "bare.py").write_text(
+        "def mapper(line):\n    yield from line.split()\n\n"
+        "def reducer(word, counts):\n    return sum(counts)\n"
+    )
+    proc = paralela(workdir, "mapreduce", "bare.py", "--input", "corpus/a.txt")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "a.txt line 1" in proc.stderr
+    assert "'the cat sat'" in proc.stderr
 
 
 def test_a_file_that_is_not_utf8_is_exit_1_naming_file_and_line(workdir: Path) -> None:

@@ -339,6 +339,18 @@ def test_a_file_that_is_not_utf8_names_the_file_and_line(tmp_path: Path) -> None
     assert "bad.txt" in str(info.value)
 
 
+def test_a_damaged_gzip_input_is_an_input_error_naming_it(tmp_path: Path) -> None:
+    import gzip
+
+    good = gzip.compress(b"one two\nthree\n" * 100)
+    (tmp_path / "bad.txt.gz").write_bytes(good[: len(good) // 2])
+    with pytest.raises(InputError) as info:
+        paralela.mapreduce(words, total, str(tmp_path / "bad.txt.gz"), workers=2)
+    assert info.value.path is not None
+    assert info.value.path.endswith("bad.txt.gz")
+    assert "bad.txt.gz" in str(info.value)
+
+
 def test_a_missing_input_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="nothing"):
         paralela.mapreduce(words, total, str(tmp_path / "nothing.txt"), workers=2)
