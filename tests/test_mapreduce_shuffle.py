@@ -185,6 +185,16 @@ def test_many_spills_are_merged_in_passes(
         assert sum(out.stats.pairs_out for out in outputs) <= 4 * 3 * 2_000
 
 
+def test_nothing_in_nothing_out(tmp_path: Path) -> None:
+    out = MapOutput(3, tmp_path, combiner=_sum, memory_limit=1 << 20, name="empty")
+    out.add_all([])
+    out.add_all(iter(()))
+    assert out.close() == {}
+    assert list(tmp_path.iterdir()) == []
+    assert out.stats.as_dict() == dict.fromkeys(out.stats.as_dict(), 0)
+    assert list(reduce_partition([], _sum)) == []
+
+
 def test_stats_read_as_attributes_and_items(tmp_path: Path) -> None:
     out = MapOutput(1, tmp_path, combiner=None, memory_limit=1 << 20, name="s")
     out.add_all([("a", 1), ("b", 2), ("a", 3)])

@@ -26,6 +26,7 @@ import contextlib
 import heapq
 import os
 import pickle
+from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from operator import itemgetter
 from pathlib import Path
@@ -219,8 +220,7 @@ class Merged:
             key = entry[0]
             values = _values(key, entry[1], entries, following)
             yield key, values
-            for _ in values:  # skip what the caller left unread
-                pass
+            deque(values, maxlen=0)  # skip what the caller left unread
             entry = following[0]
 
 

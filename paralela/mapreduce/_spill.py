@@ -48,11 +48,16 @@ CHECK_EVERY = 8192
 # With a combiner, the buffer is combined in place (each list of 2+ values to one value)
 # when it holds more than COMBINE_AVERAGE values per key on average: a sweep costs one
 # pass over the keys, so at most 1/COMBINE_AVERAGE of a key visit per pair added.
-# Measured (10M (word, 1) pairs prebuilt in a list,
-# Zipf over 50k words, combiner=sum, one add_all call, memory_limit=512 MiB, 2-core VM
-# shared with other jobs, best of 2): never 5.0-5.4M pairs/s with an 89 MB buffer;
-# 8: 5.8M/s, 12 MB; 32: 5.7M/s, 21 MB; 128: 5.6M/s, 60 MB. Short lists are faster
-# (appends stay in cache) and far smaller; 16 sits between 8 and 32.
+# Measured: 10M (word, 1) pairs, Zipf over 50k words, prebuilt in a list, one add_all
+# call, combiner=sum, memory_limit=512 MiB, on this project's 2-core VM shared with
+# other jobs (best of 2): no sweeps 5.0-5.4M pairs/s with an 89 MB buffer; 8: 5.8M/s,
+# 12 MB; 32: 5.7M/s, 21 MB; 128: 5.6M/s, 60 MB. Short lists are faster (appends stay
+# in cache) and far smaller; 16 sits between 8 and 32. With 16, later, under a load of
+# 5 on 2 cores (best of 3, add_all + close): 5.4M pairs/s for the list; 2.7M pairs/s
+# when each 10-word line goes through add_all(mapper(line)), mapper a generator that
+# yields (word, 1), against 3.4M tokens/s for Counter.update(line.split()) measured in
+# the same run. A per-pair dict append in Python costs ~100-150 ns, so ~10M pairs/s
+# per core is out of reach this way; the generator mapper alone costs ~100 ns a pair.
 COMBINE_AVERAGE = 16
 # Most spill files a map task leaves; close() merges more into one. Each costs the
 # reduce side an open segment; merging costs a read and a write of the spilled bytes.
