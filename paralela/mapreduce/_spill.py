@@ -2,8 +2,9 @@
 
     add / add_all ──> buffer: dict key -> [values]          (one dict lookup per pair)
                         │ every CHECK_EVERY pairs: estimate bytes (sampled sizes x counts)
-                        │   over memory_limit and a combiner?  combine every list in place
-                        │   still over half the limit?         spill
+                        │   a combiner, and COMBINE_AVERAGE values per key, or over
+                        │   memory_limit?          combine every list to one value in place
+                        │   over memory_limit (half of it after combining)?      spill
                         ▼
     spill:  keys ─partition_of─> P lists ─sort by key order─> one spill file, a segment
             per partition (format in ._segments)
@@ -227,13 +228,15 @@ class MapOutput:
             vsize += _size(value)
         self._value_size += (vsize - self._value_size) * 0.125
         self._key_size += (_KEY_OVERHEAD + _size(key) - self._key_size) * 0.125
+        combined = False
         if self._combiner is not None and self._values > COMBINE_AVERAGE * len(self._buf):
             self._combine_all()
-        estimate = self._estimate()
-        if estimate <= self._limit:
+            combined = True
+        if self._estimate() <= self._limit:
             return
         if self._combiner is not None:
-            self._combine_all()
+            if not combined:
+                self._combine_all()
             if self._estimate() <= self._limit // 2:
                 return
         self._spill()
