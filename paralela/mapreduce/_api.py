@@ -156,8 +156,10 @@ def mapreduce(
             of pairs (a list, a generator), or a mapping (its items are the pairs).
             A record is a line of a text file (without its newline), a parsed JSON
             object of a JSONL file, a dict per CSV or Parquet row, or an item of an
-            iterable input. Keys must be hashable, picklable and of one comparable
-            kind (all str, all int, all tuples of those...): partitions sort them.
+            iterable input. Keys must be hashable and picklable; keys equal under
+            ``==`` are one key (``1``, ``1.0``, ``True``), and types may be mixed.
+            The first record decides how results are read: a mapping first means
+            mappings (their items) from every record.
         reducer: ``reducer(key, values)`` returns the value for ``key``; ``values`` is
             an iterator, streamed from the spill files (never all in memory).
         inputs: a path, glob (``"corpus/*.txt"``), directory, a list of those, or any
