@@ -12,6 +12,7 @@ import collections
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,13 @@ import pytest
 from spark_helpers import SparkSessions, StandaloneCluster
 
 import paralela
-from paralela.errors import ConfigError, InputError, MissingExtraError, UserFunctionError
+from paralela.errors import (
+    ConfigError,
+    InputError,
+    MissingExtraError,
+    UnpicklableError,
+    UserFunctionError,
+)
 
 # A JVM's first start takes ~10 s on a busy machine; a session on the cluster as long.
 pytestmark = pytest.mark.timeout(240)
@@ -78,6 +85,14 @@ def reducer_fails_on_cafe(key: str, values: Iterator[int]) -> int:
 
 def not_pairs(line: str) -> list[str]:
     return line.split()
+
+
+_LOCK = threading.Lock()  # does not pickle: words_under_lock travels by name
+
+
+def words_under_lock(line: str) -> list[tuple[str, int]]:
+    with _LOCK:
+        return [(w, 1) for w in line.split()]
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +176,38 @@ def test_records_input_and_non_string_keys(local2: Any) -> None:
         expected[("parity", n % 2)] += 1
     assert result.to_dict() == dict(expected)
     assert result.summary.splits == 7
+
+
+def test_empty_input_gives_empty_parts(local2: Any, tmp_path: Path) -> None:
+    result = paralela.mapreduce(words, total, iter([]), engine="spark", partitions=2)
+    assert list(result) == []
+    assert result.summary.records == 0
+    out = tmp_path / "out"
+    paralela.mapreduce(words, total, iter([]), engine="spark", partitions=2, output=str(out))
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_SUCCESS", "part-00000.jsonl", "part-00001.jsonl"
+    ]  # fmt: skip
+
+
+def test_functions_that_do_not_pickle_by_value_travel_by_name(
+    local2: Any, corpus: tuple[Path, collections.Counter[str]]
+) -> None:
+    """A module-level function using a module-level lock: executors import its module
+    from the driver's sys.path (this test file's directory)."""
+    directory, counts = corpus
+    result = paralela.mapreduce(words_under_lock, total, str(directory), engine="spark")
+    assert dict(result) == dict(counts)
+
+
+def test_a_function_that_cannot_travel_is_refused(local2: Any, tmp_path: Path) -> None:
+    lock = threading.Lock()
+
+    def locked(line: str) -> list[tuple[str, int]]:
+        with lock:
+            return [(line, 1)]
+
+    with pytest.raises(UnpicklableError, match=r"The mapper \(.*locked\) cannot be sent"):
+        paralela.mapreduce(locked, total, [1, 2], engine="spark")
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])

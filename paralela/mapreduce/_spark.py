@@ -39,6 +39,7 @@ driver's ``sys.path`` travels too, for what they import by name.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -54,7 +55,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from paralela.errors import InputError, MapReduceError, UnpicklableError, UserFunctionError
 from paralela.mapreduce._result import MapReduceResult, MapReduceSummary
@@ -187,7 +188,8 @@ def _run(
         done = True
         return MapReduceResult(parts, summary, output=out_dir is not None, cleanup_dir=temporary)
     finally:
-        reduced.unpersist()
+        with contextlib.suppress(Exception):  # a stopped context (Ctrl-C) has nothing to free
+            reduced.unpersist()
         if temporary is not None and not done:
             shutil.rmtree(temporary, ignore_errors=True)
 
@@ -252,11 +254,12 @@ def _user_module(fn: Any) -> Any:
 
 
 def _payload(job: SparkJob) -> bytes:
-    """``job`` pickled with pyspark's cloudpickle (executors have it), the user's modules
-    by value.
+    """``job`` pickled with pyspark's cloudpickle (executors have it): the user's modules
+    by value, or, where that fails (a function refers to a module-level object that does
+    not pickle), by name, for executors that import them from the driver's ``sys.path``.
 
     Raises:
-        UnpicklableError: a function cannot be pickled (names it).
+        UnpicklableError: a function cannot be pickled either way (names it).
     """
     import pyspark.cloudpickle
 
@@ -268,21 +271,27 @@ def _payload(job: SparkJob) -> bytes:
             if module.__name__ not in cloudpickle.list_registry_pickle_by_value():
                 cloudpickle.register_pickle_by_value(module)
                 registered.append(module)
-        for name in ("mapper", "combiner", "reducer"):
-            fn = getattr(job, name)
-            try:
-                cloudpickle.dumps(fn)
-            except Exception as exc:
-                raise UnpicklableError(
-                    f"The {name} ({getattr(fn, '__qualname__', type(fn).__name__)}) cannot "
-                    f"be sent to Spark's executors: {exc}. Define it at module level (or as "
-                    "a lambda) and let it open files, connections or models itself."
-                ) from exc
-        data: bytes = cloudpickle.dumps(job)
+        try:
+            return cast(bytes, cloudpickle.dumps(job))
+        except Exception:
+            if not registered:
+                raise
+    except Exception:
+        pass
     finally:
         for module in registered:
             cloudpickle.unregister_pickle_by_value(module)
-    return data
+    for name in ("mapper", "combiner", "reducer"):
+        fn = getattr(job, name)
+        try:
+            cloudpickle.dumps(fn)
+        except Exception as exc:
+            raise UnpicklableError(
+                f"The {name} ({getattr(fn, '__qualname__', type(fn).__name__)}) cannot be "
+                f"sent to Spark's executors: {exc}. Define it at module level (or as a "
+                "lambda) and let it open files, connections or models itself."
+            ) from exc
+    return cast(bytes, cloudpickle.dumps(job))
 
 
 # ── executor side ───────────────────────────────────────────────────────────────────────
