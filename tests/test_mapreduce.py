@@ -168,7 +168,9 @@ def test_an_iterable_of_records_and_a_mapper_returning_a_mapping() -> None:
     records: list[dict[str, Any]] = [
         {"label": rng.choice("abc"), "x": rng.random()} for _ in range(2500)
     ]
-    result = paralela.mapreduce(label_mapping, mean, records, workers=2, records_per_split=300)
+    result = paralela.mapreduce(
+        label_mapping, mean, (r for r in records), workers=2, records_per_split=300
+    )  # a generator: read one split at a time as the map tasks start
     by_label: dict[str, list[float]] = collections.defaultdict(list)
     for r in records:
         by_label[r["label"]].append(r["x"])

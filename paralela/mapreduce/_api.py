@@ -257,18 +257,18 @@ def _plan(
     split_bytes: int,
     min_splits: int,
     records_per_split: int,
-) -> list[Any]:
+) -> Iterator[Any]:
+    """The splits: files are planned now (missing ones raise here), an iterable of
+    records lazily, one split at a time as the map phase pulls them."""
     from paralela.mapreduce._inputs import plan_splits
 
-    return list(
-        plan_splits(
-            inputs,
-            format=input_format,
-            split_bytes=split_bytes,
-            min_splits=min_splits,
-            records_per_split=records_per_split,
-            encoding=encoding,
-        )
+    return plan_splits(
+        inputs,
+        format=input_format,
+        split_bytes=split_bytes,
+        min_splits=min_splits,
+        records_per_split=records_per_split,
+        encoding=encoding,
     )
 
 
@@ -311,7 +311,6 @@ def _run_local(
         splits = _plan(inputs, input_format, encoding, split_bytes, n_workers, records_per_split)
         summary = MapReduceSummary(
             engine="local",
-            splits=len(splits),
             workers=n_workers,
             memory_limit=memory_limit,
             plan_seconds=time.perf_counter() - started,
@@ -357,7 +356,7 @@ def _run_spark(
 
     # Imported by name: the Spark engine (and pyspark) load only when asked for.
     run_spark = importlib.import_module("paralela.mapreduce._spark").run_spark
-    splits = _plan(inputs, input_format, encoding, split_bytes, 1, records_per_split)
+    splits = list(_plan(inputs, input_format, encoding, split_bytes, 1, records_per_split))
     result: MapReduceResult = run_spark(
         mapper=mapper,
         reducer=reducer,

@@ -73,7 +73,7 @@ class LocalJob:
     mapper: Callable[[Any], Any]
     reducer: Callable[[Any, Iterator[Any]], Any]
     combiner: Callable[[Any, Iterator[Any]], Any] | None
-    splits: list[Any]
+    splits: Iterable[Any]  # a list, or an iterator pulled lazily by the map phase
     partitions: int
     backend: Backend
     memory_limit: int
@@ -168,6 +168,7 @@ def run_local(job: LocalJob) -> MapReduceResult:
     keep_temporary = False
     try:
         if job.run_dir is not None:
+            job.splits = list(job.splits)  # the identity covers every split
             identity = identity_of(job, input_identity(job.splits))
             open_run_dir(
                 job.run_dir,
@@ -253,7 +254,7 @@ def _map_phase(job: LocalJob, spill_dir: str, key: str | None) -> list[MapTaskRe
             summary.bytes_shuffled += result.bytes_spilled
             summary.peak_buffer_bytes = max(summary.peak_buffer_bytes, result.peak_buffer_bytes)
     finally:
-        summary.map_tasks = len(job.splits)
+        summary.map_tasks = summary.splits = iterator.summary.items
         summary.map_tasks_reused = iterator.summary.resumed_items
         summary.retries += iterator.summary.retries
     results.sort(key=lambda r: r.split)
