@@ -134,17 +134,15 @@ def test_add_one_pair_at_a_time_equals_add_all(tmp_path: Path) -> None:
 
 
 def test_spill_files_and_no_temporary_leftovers(tmp_path: Path) -> None:
-    out = MapOutput(4, tmp_path, combiner=None, memory_limit=4 << 10, name="map-00012")
+    out = MapOutput(4, tmp_path, combiner=None, memory_limit=32 << 10, name="map-00012")
     out.add_all((f"k{i % 700}", i) for i in range(20_000))
     segments = out.close()
     names = sorted(p.name for p in tmp_path.iterdir())
     assert out.stats.spills > _spill.MAP_FILES
-    assert out.stats.merges == 1
-    # the first spills were merged into one file (and deleted), the last few are kept
-    kept = out.stats.spills - _segments.MERGE_FACTOR if out.stats.spills > 64 else 0
-    assert names == ["map-00012-merged-0000"] + [
-        f"map-00012-spill-{i:04d}" for i in range(out.stats.spills - kept, out.stats.spills)
-    ]
+    assert out.stats.merges >= 1
+    assert 1 <= len(names) <= _spill.MAP_FILES  # spills merged, and deleted once merged
+    assert all(name.startswith(("map-00012-spill-", "map-00012-merged-")) for name in names)
+    assert {Path(s[0]).name for parts in segments.values() for s in parts} == set(names)
     assert out.close() == segments  # idempotent
     assert _reduce_all(segments) == {f"k{j}": sum(range(j, 20_000, 700)) for j in range(700)}
     for partition, parts in segments.items():
@@ -169,13 +167,14 @@ def test_many_spills_are_merged_in_passes(
     tokens = _corpus(30_000, 2_000, seed=7)
     tasks = [[(w, 1) for w in tokens[i : i + 10_000]] for i in range(0, len(tokens), 10_000)]
     by_partition, outputs = _shuffle(
-        tasks, tmp_path, partitions=2, combiner=combiner, memory_limit=8 << 10
+        tasks, tmp_path, partitions=2, combiner=combiner, memory_limit=64 << 10
     )
     assert all(out.stats.spills > 10 for out in outputs)
     assert all(out.stats.merges >= 3 for out in outputs)
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert len(files) == len(tasks) * _spill.MAP_FILES
-    assert all(len(segs) == len(tasks) * _spill.MAP_FILES for segs in by_partition.values())
+    assert len(files) <= len(tasks) * _spill.MAP_FILES
+    assert all(len(segs) <= len(tasks) * _spill.MAP_FILES for segs in by_partition.values())
+    assert any(len(segs) > 3 for segs in by_partition.values())  # so the reduce merges too
     assert _reduce_all(by_partition) == Counter(tokens)
     assert sorted(p.name for p in tmp_path.iterdir()) == files  # temporary merges deleted
     assert sum(out.stats.pairs_out for out in outputs) == sum(
@@ -183,6 +182,18 @@ def test_many_spills_are_merged_in_passes(
     )
     if combiner is not None:  # merging combined each word to one value per file
         assert sum(out.stats.pairs_out for out in outputs) <= 4 * 3 * 2_000
+
+
+def test_large_values_are_checked_sooner(tmp_path: Path) -> None:
+    """Pairs of 256 KiB values: the size checks come every 16 pairs, not every 512, so the
+    estimated buffer stays within the limit plus 16 such pairs."""
+    out = MapOutput(2, tmp_path, combiner=None, memory_limit=2 << 20, name="big")
+    out.add_all((f"k{i % 5}", os.urandom(256 << 10)) for i in range(200))
+    segments = out.close()
+    assert out.stats.spills >= 10
+    assert out.stats.peak_buffer_bytes < (2 << 20) + 16 * (256 << 10) + (64 << 10)
+    sizes = _reduce_all(segments, lambda key, values: sum(map(len, values)))
+    assert sizes == {f"k{j}": 40 * (256 << 10) for j in range(5)}
 
 
 def test_nothing_in_nothing_out(tmp_path: Path) -> None:
@@ -507,11 +518,11 @@ def test_memory_stays_under_the_limit_plus_a_margin(tmp_path: Path) -> None:
     the map side's RSS grows by at most the limit + 32 MiB, the reduce side's by 32 MiB.
 
     Growth is measured from the RSS of the child process after its imports, so the
-    interpreter's own ~30 MB is not part of it. The child keeps all 22 spills (no merge
-    at close), so each reduce merges 22 segments at once. Measured here: map side +18
-    MiB, reduce side +1 to +2 MiB. The margin covers the chunk of 20k pairs the script
+    interpreter's own ~30 MB is not part of it. The child keeps all 20-25 spills (no
+    merge at close), so each reduce merges that many segments at once. Measured here:
+    map side +18 MiB, reduce side +1 to +3 MiB. The margin covers the chunk of 20k pairs the script
     holds (~3 MiB), the estimate's error (sizes are sampled), the allocator's free lists
-    after a spill, and on the reduce side the 22 open segments (a 64 KiB buffer and one
+    after a spill, and on the reduce side the 20-25 open segments (a 64 KiB buffer and one
     decoded record of up to ~256 KiB of pickle each).
     """
     pairs = 700_000

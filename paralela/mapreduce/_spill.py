@@ -1,7 +1,7 @@
 """The map side of the shuffle: buffer pairs by key, combine, spill sorted runs to disk.
 
     add / add_all ──> buffer: dict key -> [values]          (one dict lookup per pair)
-                        │ every CHECK_EVERY pairs: estimate bytes (sampled sizes x counts)
+                        │ every 16..CHECK_EVERY pairs: estimate bytes (sampled sizes x counts)
                         │   a combiner, and COMBINE_AVERAGE values per key, or over
                         │   memory_limit?          combine every list to one value in place
                         │   over memory_limit (half of it after combining)?      spill
@@ -41,11 +41,16 @@ from paralela.mapreduce._segments import (
 
 __all__ = ["MapOutput", "Segment", "ShuffleStats"]
 
-# How often (in pairs) the buffer's size is estimated. add_all runs up to CHECK_EVERY
-# pairs in one tight loop between checks (a check costs about a microsecond: two
-# getsizeof samples and a multiplication), so the buffer passes memory_limit by at most
-# this many pairs (~0.5 MiB of small pairs) and the checks cost < 0.1 % of the loop.
+# How often (in pairs) the buffer's size is estimated, at most. add_all runs up to that
+# many pairs in one tight loop between checks (a check costs about a microsecond: two
+# getsizeof samples and a multiplication), so checks cost < 0.1 % of the loop. Fewer
+# pairs when they are large: the next check comes when half the room left under
+# memory_limit would be filled at the sampled size of a pair (a new key and its value),
+# but never sooner than MIN_CHECK_EVERY pairs; the first check comes after
+# MIN_CHECK_EVERY pairs. So the buffer passes memory_limit by about MIN_CHECK_EVERY
+# pairs larger than any sampled before at most.
 CHECK_EVERY = 8192
+MIN_CHECK_EVERY = 16
 # With a combiner, the buffer is combined in place (each list of 2+ values to one value)
 # when it holds more than COMBINE_AVERAGE values per key on average: a sweep costs one
 # pass over the keys, so at most 1/COMBINE_AVERAGE of a key visit per pair added.
@@ -140,6 +145,7 @@ class MapOutput:
         self._buf: defaultdict[Any, list[Any]] = defaultdict(list)
         self._values = 0  # values in the buffer as of the last check
         self._pending = 0  # pairs added since the last check
+        self._every = MIN_CHECK_EVERY  # pairs between checks, set by each check
         self._key_size = 64.0 + _KEY_OVERHEAD  # running estimates, refined by sampling
         self._value_size = 32.0 + _LIST_SLOT
         self._record_values = 4096
@@ -162,7 +168,7 @@ class MapOutput:
         except TypeError:
             raise UserFunctionError(_pair_problem((key, value)) or "", function="mapper") from None
         self._pending += 1
-        if self._pending >= CHECK_EVERY:
+        if self._pending >= self._every:
             self._check(key, value)
 
     def add_all(self, pairs: Iterable[Any]) -> None:
@@ -177,7 +183,7 @@ class MapOutput:
         """
         buf = self._buf
         kv = _NOTHING
-        if type(pairs) is list and self._pending + len(pairs) < CHECK_EVERY:
+        if type(pairs) is list and self._pending + len(pairs) < self._every:
             # Fast path for a mapper that returns a short list: no islice, no enumerate.
             try:
                 for kv in pairs:
@@ -197,7 +203,7 @@ class MapOutput:
                 "is not iterable; a mapper yields (key, value) pairs or returns a list of them.",
                 function="mapper",
             ) from None
-        budget = CHECK_EVERY - self._pending  # pairs until the next size check
+        budget = self._every - self._pending  # pairs until the next size check
         while True:
             n = 0
             kv = _NOTHING
@@ -210,11 +216,11 @@ class MapOutput:
             if kv is not _NOTHING and type(kv) is not tuple and not isinstance(kv, (tuple, list)):
                 raise UserFunctionError(_pair_problem(kv) or "", function="mapper")
             self._pending += n
-            if self._pending >= CHECK_EVERY:
+            if self._pending >= self._every:
                 self._check(kv[0], kv[1])
             if n < budget:
                 return
-            budget = CHECK_EVERY - self._pending
+            budget = self._every - self._pending
 
     # -- memory -------------------------------------------------------------------------
 
@@ -226,20 +232,22 @@ class MapOutput:
         vsize = _LIST_SLOT
         if sys.getrefcount(value) < _SHARED_REFS:
             vsize += _size(value)
-        self._value_size += (vsize - self._value_size) * 0.125
-        self._key_size += (_KEY_OVERHEAD + _size(key) - self._key_size) * 0.125
+        ksize = _KEY_OVERHEAD + _size(key)
+        # A larger sample counts at once (safe), a smaller one lowers the average slowly.
+        self._value_size = max(vsize, self._value_size + (vsize - self._value_size) * 0.125)
+        self._key_size = max(ksize, self._key_size + (ksize - self._key_size) * 0.125)
         combined = False
         if self._combiner is not None and self._values > COMBINE_AVERAGE * len(self._buf):
             self._combine_all()
             combined = True
-        if self._estimate() <= self._limit:
-            return
-        if self._combiner is not None:
-            if not combined:
+        if self._estimate() > self._limit:
+            if self._combiner is not None and not combined:
                 self._combine_all()
-            if self._estimate() <= self._limit // 2:
-                return
-        self._spill()
+            if self._combiner is None or self._estimate() > self._limit // 2:
+                self._spill()
+        room = self._limit - self._estimate()
+        every = int(room / (2 * (self._key_size + self._value_size)))
+        self._every = max(MIN_CHECK_EVERY, min(CHECK_EVERY, every))
 
     def _estimate(self) -> int:
         estimate = int(len(self._buf) * self._key_size + self._values * self._value_size)
