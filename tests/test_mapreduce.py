@@ -154,6 +154,60 @@ def test_a_small_memory_limit_spills_many_times_and_stays_exact(tmp_path: Path) 
     assert result.summary.memory_limit == 16 * 1024
 
 
+# What a worker may hold beyond memory_limit: the mapreduce modules it imports (~5 MiB),
+# a 1 MiB block of input and its lines, the pickle of a spill record, the merge's read
+# buffers, and the allocator's slack. Measured: +18 MiB at a 4 MiB limit, +24 MiB at 8.
+RSS_MARGIN = 32 << 20
+
+
+def test_every_worker_stays_within_the_memory_limit_plus_a_margin(tmp_path: Path) -> None:
+    import threading
+
+    import psutil
+
+    from paralela.backends._processes import ProcessBackend
+
+    rng = random.Random(5)
+    corpus = tmp_path / "keys"
+    corpus.mkdir()
+    for f in range(2):  # many distinct keys: the combiner cannot shrink the buffer
+        rows = (" ".join(f"k{rng.randrange(10**6)}" for _ in range(8)) for _ in range(30_000))
+        (corpus / f"{f}.txt").write_text("\n".join(rows) + "\n")
+    limit = 8 << 20
+    backend = ProcessBackend(2)
+    try:
+        paralela.map(abs, range(8), backend=backend)  # start the workers
+        workers = psutil.Process().children()
+        assert len(workers) == 2
+        base = {w.pid: w.memory_info().rss for w in workers}
+        peak = dict(base)
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.005):
+                for w in workers:
+                    try:
+                        peak[w.pid] = max(peak[w.pid], w.memory_info().rss)
+                    except psutil.Error:  # a worker that died is replaced; the test fails
+                        pass
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            result = paralela.mapreduce(words, total, str(corpus), combiner=total,
+                                        backend=backend, memory_limit=limit)  # fmt: skip
+        finally:
+            done.set()
+            sampler.join()
+    finally:
+        backend.shutdown()
+    assert result.to_dict() == dict(expected_counts(corpus))
+    assert result.summary.spills > 2 * result.summary.map_tasks
+    for w in workers:
+        growth = peak[w.pid] - base[w.pid]
+        assert growth < limit + RSS_MARGIN, f"worker {w.pid} grew {growth >> 20} MiB"
+
+
 def test_the_result_is_lazy_and_re_iterable(corpus: Path) -> None:
     result = paralela.mapreduce(words, total, str(corpus / "*.txt"), workers=2)
     assert isinstance(result, MapReduceResult)
