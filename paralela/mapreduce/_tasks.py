@@ -2,7 +2,8 @@
 
 ::
 
-    map task:    read_split(split) ─record─> mapper ─pairs─> MapOutput.add_all
+    map task:    read_split_batches(split) ─batch of records─> map(mapper, batch), chained
+                 ─pairs─> MapOutput.add_all, one call per batch
                    (buffer, combine, spill sorted runs per partition under memory_limit)
                  ──> MapTaskResult: the spill segments per partition, and counters
     reduce task: reduce_partition(segments of one partition from every map task, reducer)
