@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import paralela
+from paralela.errors import WorkerDiedError
 
 TESTS = Path(__file__).resolve().parent
 
@@ -109,6 +110,23 @@ def test_a_reduce_worker_killed_mid_task_is_rerun_and_the_answer_is_exact(
     assert marker.exists()
     assert result.to_dict() == dict(expected)
     assert result.summary.retries == 1
+
+
+def always_dies_on_killme(line: str) -> list[tuple[str, int]]:
+    if "KILLME" in line:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return [(w, 1) for w in line.split()]
+
+
+def test_a_task_whose_worker_always_dies_ends_in_worker_died_error(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "corpus")
+    with pytest.raises(WorkerDiedError) as info:
+        paralela.mapreduce(always_dies_on_killme, total, str(tmp_path / "corpus" / "1.txt"),
+                           workers=2, backend="processes", retries=1)  # fmt: skip
+    assert info.value.attempts == 2
+    assert "killed by SIGKILL" in str(info.value)
+    notes = getattr(info.value, "__notes__", [])
+    assert any("an item here is a map task (item N: split N)" in note for note in notes)
 
 
 # -- the driver dies -------------------------------------------------------------------

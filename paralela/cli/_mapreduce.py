@@ -294,6 +294,8 @@ def mapreduce_command(
     except MissingExtraError as exc:
         fail(str(exc), EXIT_USAGE)
     except ParalelaError as exc:
-        fail(str(exc), exit_code_for(exc))
+        notes = [n.removeprefix("paralela: ") for n in getattr(exc, "__notes__", [])]
+        notes = [n[:1].upper() + n[1:] for n in notes]
+        fail(" ".join([str(exc), *notes]), exit_code_for(exc))
     where = f"; {len(result.output_files)} files in {output}" if output is not None else ""
     typer.echo(f"paralela mapreduce: {result.summary}{where}", err=True)

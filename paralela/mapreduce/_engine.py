@@ -38,7 +38,13 @@ from typing import Any
 
 from paralela._files import make_dirs
 from paralela.backends import Backend
-from paralela.errors import ConfigError, FingerprintMismatchError, MapReduceError
+from paralela.errors import (
+    ConfigError,
+    FingerprintMismatchError,
+    MapReduceError,
+    WorkerDiedError,
+    add_note,
+)
 from paralela.mapping import imap
 from paralela.mapreduce._output import (
     SUCCESS_NAME,
@@ -253,6 +259,9 @@ def _map_phase(job: LocalJob, spill_dir: str, key: str | None) -> list[MapTaskRe
             summary.spills += result.spills
             summary.bytes_shuffled += result.bytes_spilled
             summary.peak_buffer_bytes = max(summary.peak_buffer_bytes, result.peak_buffer_bytes)
+    except WorkerDiedError as died:
+        _name_tasks(died, "map task", "split")
+        raise
     finally:
         summary.map_tasks = summary.splits = iterator.summary.items
         summary.map_tasks_reused = iterator.summary.resumed_items
@@ -281,12 +290,26 @@ def _reduce_phase(
     try:
         for result in iterator:
             parts.append(_checked(result))
+    except WorkerDiedError as died:
+        _name_tasks(died, "reduce task", "partition")
+        raise
     finally:
         summary.reduce_tasks = len(tasks)
         summary.reduce_tasks_reused = iterator.summary.resumed_items
         summary.retries += iterator.summary.retries
     parts.sort(key=lambda p: p.partition)  # they arrive as they finish
     return parts
+
+
+def _name_tasks(died: WorkerDiedError, task: str, what: str) -> None:
+    """Say what the items of a :class:`WorkerDiedError` are: map or reduce tasks."""
+    if died.indices:
+        add_note(
+            died,
+            f"paralela: an item here is a {task} (item N: {what} N); its worker died each "
+            "time it ran. Look for a record or key that needs more memory than a worker "
+            "has, or lower memory_limit.",
+        )
 
 
 def _checked(result: ReduceTaskResult) -> Part:
