@@ -429,7 +429,8 @@ def test_a_reducer_value_that_json_cannot_hold_names_the_key(tmp_path: Path) -> 
         ({"memory_limit": -5}, "must be positive"),
         ({"split_bytes": "big"}, "split_bytes must be a number of bytes"),
         ({"master": "local[2]"}, "options of engine='spark'"),
-        ({"engine": "spark", "backend": "threads"}, "cluster is chosen by master="),
+        ({"engine": "spark", "backend": "threads"}, "backend= belong to the local engine"),
+        ({"engine": "spark", "workers": 2, "run_dir": "r"}, "workers=, run_dir= belong"),
     ],
 )
 def test_bad_options_are_config_errors(options: dict[str, Any], message: str) -> None:

@@ -232,10 +232,21 @@ def mapreduce(
     limit = None if memory_limit is None else parse_size(memory_limit)
     out_dir = None if output is None else Path(output)
     if engine == "spark":
-        if backend is not UNSET or backend_options:
+        local_only = {
+            "backend": backend is not UNSET,
+            "backend_options": bool(backend_options),
+            "workers": workers is not UNSET,
+            "memory_limit": memory_limit is not None,
+            "run_dir": run_dir is not None,
+            "retries": retries is not UNSET,
+        }
+        given = [name for name, is_given in local_only.items() if is_given]
+        if given:
             raise ConfigError(
-                "backend= and backend_options= choose where the local engine runs; with "
-                "engine='spark' the cluster is chosen by master= (and spark_conf=)."
+                f"{', '.join(f'{n}=' for n in given)} belong to the local engine; with "
+                "engine='spark' the cluster is chosen by master= ('local[4]' for 4 cores "
+                "here) and tuned by spark_conf= (e.g. spark.executor.memory, "
+                "spark.task.maxFailures); Spark recomputes lost tasks itself."
             )
         return _run_spark(
             mapper, reducer, combiner, inputs, n_partitions, master, out_dir, output_format,
