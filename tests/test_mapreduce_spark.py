@@ -160,6 +160,17 @@ def test_spark_gives_what_the_local_engine_gives(
     assert list(spark) == list(local)
 
 
+def test_one_file_is_cut_into_a_map_task_per_core(local2: Any, tmp_path: Path) -> None:
+    path = tmp_path / "one.txt"
+    lines = [f"{i % 13} {i % 7} ß" for i in range(60_000)]  # ~540 KB: two 256 KiB splits
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = paralela.mapreduce(words, total, str(path), combiner=total, engine="spark")
+    assert result.summary.splits == 2  # local[2]: planned as one, spread over both cores
+    expected = collections.Counter(w for line in lines for w in line.split())
+    assert dict(result) == dict(expected)
+    assert result.summary.records == len(lines)
+
+
 def test_records_input_and_non_string_keys(local2: Any) -> None:
     """An iterable of records; int and tuple keys; a mapper returning a mapping."""
     numbers = list(range(1, 2001))

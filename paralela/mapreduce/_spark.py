@@ -125,6 +125,7 @@ def run_spark(
     payload = _payload(SparkJob(mapper, reducer, combiner))
     out_dir = None if output is None else check_output_dir(output)
     with spark_context(master, spark_conf) as (sc, _started):
+        splits = _spread(splits, sc.defaultParallelism)
         summary = MapReduceSummary(
             engine="spark",
             splits=len(splits),
@@ -192,6 +193,35 @@ def _run(
             reduced.unpersist()
         if temporary is not None and not done:
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _spread(splits: list[Any], cores: int) -> list[Any]:
+    """``splits`` planned again into at least ``cores`` splits (a map task per core) when
+    there are fewer: they were planned before the session existed, without knowing how
+    many cores it has. Only for uncompressed text or JSONL files and Parquet files of one
+    format and encoding (any byte range of those reads the same records); CSV (a quoted
+    field may span lines), gzip and in-memory records keep their plan.
+
+    Raises:
+        InputError: a file is gone or changed since it was planned.
+    """
+    if not splits or len(splits) >= cores:
+        return splits
+    kinds = {(s.format, s.encoding) for s in splits}
+    if len(kinds) != 1 or any(s.compression or s.path is None for s in splits):
+        return splits
+    fmt, encoding = kinds.pop()
+    if fmt not in ("text", "jsonl", "parquet"):
+        return splits
+    from paralela.mapreduce._inputs import plan_splits
+
+    paths = list(dict.fromkeys(s.path for s in splits))
+    biggest = max(s.size for s in splits)  # within split_bytes, which is not known here
+    return list(
+        plan_splits(
+            paths, format=fmt, split_bytes=max(1, biggest), min_splits=cores, encoding=encoding
+        )
+    )
 
 
 def _write_parts(reduced: Any, directory: str, fmt: str) -> list[Any]:
