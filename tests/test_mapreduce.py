@@ -336,12 +336,17 @@ def test_the_temporary_directory_goes_with_the_result(
 
 
 @pytest.mark.parametrize("backend", ["processes", "sequential"])
-def test_a_mapper_that_raises_names_the_file_line_and_record(tmp_path: Path, backend: str) -> None:
+def test_a_mapper_that_raises_names_the_file_line_and_record(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "a.txt").write_text("alpha beta\n\ngamma\n")
     (tmp_path / "b.txt").write_text("delta\nepsilon zeta eta\ntheta\n")
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     with pytest.raises(UserFunctionError) as info:
         paralela.mapreduce(fails_on_zeta, total, str(tmp_path / "*.txt"), backend=backend,
                            workers=2)  # fmt: skip
+    assert list((tmp_path / "tmp").iterdir()) == []  # the job's directory went with it
     error = info.value
     assert error.function == "mapper"
     assert error.where is not None
