@@ -24,6 +24,7 @@ import paralela
 from paralela.errors import (
     ConfigError,
     InputError,
+    MapReduceError,
     MissingExtraError,
     UnpicklableError,
     UserFunctionError,
@@ -360,6 +361,27 @@ def test_combiner_error_names_the_key(local2: Any, tmp_path: Path) -> None:
     assert caught.value.where == repr("café")
     assert "RuntimeError: cannot combine café" in text
     assert f"in the map task of {path}" in text
+
+
+def test_executors_without_paralela_are_named(
+    local2: Any, tmp_path: Path, corpus: tuple[Path, collections.Counter[str]]
+) -> None:
+    """A running session whose executors run a Python without paralela (a session built
+    without PYSPARK_PYTHON, its workers on another interpreter): one clear sentence."""
+    bare = tmp_path / "python-without-site-packages"
+    bare.write_text(f'#!/bin/sh\ncd / && exec {sys.executable} -S "$@"\n')
+    bare.chmod(0o755)
+    sc = local2.sparkContext
+    directory, _ = corpus
+    sc.pythonExec, before = str(bare), sc.pythonExec
+    try:
+        with pytest.raises(MapReduceError) as caught:
+            paralela.mapreduce(words, total, str(directory / "c.txt"), engine="spark")
+    finally:
+        sc.pythonExec = before
+    text = check_short(caught.value)
+    assert "cannot import paralela" in text
+    assert "PYSPARK_PYTHON" in text
 
 
 # ── sessions ────────────────────────────────────────────────────────────────────────────
