@@ -11,9 +11,9 @@ Spark sessions on ``local[2]`` or on that cluster.
       stopped at the end of the test session (each in its own process group: killed
       with it, the JVMs and the executors they started)
 
-    spark (one per test module): the active SparkSession, made on demand for a master
-      and stopped when another master is asked for or at the end of the module; one
-      JVM per pytest process (pyspark keeps its gateway between sessions)
+    spark_sessions (one per test module): the active SparkSession, made on demand for a
+      master and stopped when another master is asked for; one JVM for the module
+      (pyspark keeps its gateway between sessions), shut down at the module's end
 
 Both come from the pyspark package's own scripts (``pyspark/bin/spark-class``, with
 ``SPARK_HOME`` the package's directory) and need Java. Where Java or pyspark is missing
@@ -257,6 +257,28 @@ class SparkSessions:
         self.active = None
         self.master = None
 
+    def shut_down_jvm(self) -> None:
+        """Stop the session and pyspark's JVM (it outlives sessions; the rest of the test
+        run does not need it). A later SparkContext starts a new one."""
+        self.stop()
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        if gateway is None:
+            return
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        gateway.shutdown()
+        proc = getattr(gateway, "proc", None)
+        if proc is not None:
+            if proc.stdin is not None:
+                proc.stdin.close()  # the JVM exits when this pipe closes
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+
 
 @pytest.fixture(scope="module")
 def spark_sessions() -> Iterator[SparkSessions]:
@@ -267,4 +289,4 @@ def spark_sessions() -> Iterator[SparkSessions]:
     try:
         yield sessions
     finally:
-        sessions.stop()
+        sessions.shut_down_jvm()
