@@ -27,63 +27,47 @@ when a partition outgrows ``spark.python.worker.memory``.
 Errors: a map or reduce task that fails wraps its :class:`UserFunctionError` or
 :class:`InputError` (with the user's exception and traceback) in a ``TaskFailed``,
 pickled and base64-encoded between markers in the message of the exception it raises.
-Spark carries that message to the driver inside a Py4J/JVM error; :func:`_unship` finds
+Spark carries that message to the driver inside a Py4J/JVM error; ``unship`` finds
 the markers and the driver raises the plain paralela error, as the local engine does,
 instead of Spark's 200-line trace.
 
 Functions travel by value when their module is the user's own (a script, ``job.py``, a
 test file: not installed), so executors on other machines need not import it; the
-driver's ``sys.path`` travels too, for what they import by name.
+driver's ``sys.path`` travels too, for what they import by name. The executors' side
+(the map and reduce tasks, the errors' wording and shipping) is :mod:`._spark_tasks`.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
-import hashlib
 import itertools
 import os
-import pickle
-import re
 import shutil
 import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, cast
 
-from paralela.errors import InputError, MapReduceError, UnpicklableError, UserFunctionError
+from paralela.errors import MapReduceError, UnpicklableError
 from paralela.mapreduce._result import MapReduceResult, MapReduceSummary
+from paralela.mapreduce._spark_tasks import (
+    Counters,
+    SparkJob,
+    map_partition,
+    partition_of_key,
+    reduce_partition,
+    unship,
+)
 
 __all__ = ["run_spark"]
 
-#: A key's buffered values on the map side are combined into one every this many values:
-#: often enough that a frequent key holds little memory, rarely enough that calling the
-#: combiner costs little next to the mapper.
-COMBINE_EVERY = 64
-#: Distinct keys a map task buffers before it sends them all on (combined): bounds its
-#: memory when keys hardly repeat (the combiner then saves little anyway).
-MAX_BUFFERED_KEYS = 1 << 18
-#: Pairs per batch a reduce task sends to the driver.
-BATCH = 4096
 #: Partitions per core of the cluster by default, as the local engine's per worker.
 PARTITIONS_PER_CORE = 2
-_MARK = "PARALELA-TASK-FAILED"
-_SHIPPED = re.compile(_MARK + r"\[([A-Za-z0-9+/=]+)\]")
-
-
-@dataclass(frozen=True)
-class SparkJob:
-    """The user's functions, pickled once on the driver (see :func:`_payload`)."""
-
-    mapper: Callable[[Any], Any]
-    reducer: Callable[[Any, Iterator[Any]], Any]
-    combiner: Callable[[Any, Iterator[Any]], Any] | None
 
 
 def run_spark(
@@ -153,15 +137,15 @@ def _run(
     from paralela.mapreduce._output import remove_stale_parts, write_success
 
     path = list(sys.path)
-    counters = _Counters(sc)
+    counters = Counters(sc)
     mapped = sc.parallelize(splits, max(1, len(splits))).mapPartitions(
-        functools.partial(_map_partition, payload, path, counters)
+        functools.partial(map_partition, payload, path, counters)
     )
     shuffled = mapped.repartitionAndSortWithinPartitions(
-        partitions, functools.partial(_partition_of, partitions), True, order
+        partitions, functools.partial(partition_of_key, partitions), True, order
     )
     reduced = shuffled.mapPartitionsWithIndex(
-        functools.partial(_reduce_partition, payload, path), preservesPartitioning=True
+        functools.partial(reduce_partition, payload, path), preservesPartitioning=True
     )
     reduced.setName("paralela mapreduce").persist(StorageLevel.MEMORY_AND_DISK)
     temporary = None if out_dir is not None else tempfile.mkdtemp(prefix="paralela-mapreduce-")
@@ -237,32 +221,6 @@ def _write_parts(reduced: Any, directory: str, fmt: str) -> list[Any]:
     return parts
 
 
-class _Counters:
-    """Spark accumulators for the summary. A task Spark runs twice (a retry) may count
-    twice; the numbers are those of the tasks' attempts."""
-
-    def __init__(self, sc: Any) -> None:
-        from pyspark.accumulators import AccumulatorParam
-
-        class Latest(AccumulatorParam[float]):
-            def zero(self, value: float) -> float:
-                return 0.0
-
-            def addInPlace(self, a: float, b: float) -> float:
-                return max(a, b)
-
-        self.records = sc.accumulator(0)
-        self.pairs_in = sc.accumulator(0)
-        self.pairs_out = sc.accumulator(0)
-        self.map_end = sc.accumulator(0.0, Latest())
-
-
-def _partition_of(partitions: int, key: Any) -> int:
-    from paralela.mapreduce._hashing import partition_of
-
-    return partition_of(key, partitions)
-
-
 # ── pickling the job ────────────────────────────────────────────────────────────────────
 
 
@@ -324,55 +282,6 @@ def _payload(job: SparkJob) -> bytes:
     return cast(bytes, cloudpickle.dumps(job))
 
 
-# ── executor side ───────────────────────────────────────────────────────────────────────
-
-_LOADED: dict[bytes, SparkJob] = {}
-
-
-def _load(payload: bytes, path: list[str]) -> SparkJob:
-    """The job, unpickled once per Python worker (pyspark reuses workers), after the
-    driver's ``sys.path`` entries that exist here are added (for modules the functions
-    import by name)."""
-    digest = hashlib.blake2b(payload, digest_size=16).digest()
-    job = _LOADED.get(digest)
-    if job is None:
-        for entry in path:
-            if entry not in sys.path and (entry == "" or os.path.isdir(entry)):
-                sys.path.append(entry)
-        job = pickle.loads(payload)
-        _LOADED.clear()
-        _LOADED[digest] = job
-    return job
-
-
-class ShippedError(RuntimeError):
-    """Raised on an executor to carry a failed task's paralela error to the driver (in its
-    message, between markers); never reaches users: see :func:`_unship`."""
-
-
-def _ship(error: MapReduceError, cause: BaseException | None) -> ShippedError:
-    from paralela.mapreduce._tasks import _failed
-
-    failed = _failed(error, cause)
-    blob = base64.b64encode(pickle.dumps(failed)).decode("ascii")
-    return ShippedError(f"{str(error).splitlines()[0][:300]} {_MARK}[{blob}]")
-
-
-def _unship(exc: BaseException) -> Any:
-    """The ``TaskFailed`` a task shipped inside Spark's error ``exc``, or None."""
-    try:
-        text = str(exc)
-    except Exception:
-        return None
-    found = _SHIPPED.search(text)
-    if found is None:
-        return None
-    try:
-        return pickle.loads(base64.b64decode(found.group(1)))
-    except Exception:
-        return None
-
-
 def _spark_call(call: Callable[[], Any]) -> Any:
     """``call()``, with a task's shipped error raised as paralela's, and Spark's other
     failures as a :class:`MapReduceError` that keeps their first lines."""
@@ -383,7 +292,7 @@ def _spark_call(call: Callable[[], Any]) -> Any:
     except (MapReduceError, KeyboardInterrupt):
         raise
     except Exception as exc:
-        failed = _unship(exc)
+        failed = unship(exc)
         if failed is not None:
             raise reraise(failed)  # noqa: B904  (its __cause__ is the user's exception)
         raise MapReduceError(_spark_failure(exc)) from exc
@@ -402,230 +311,3 @@ def _spark_failure(exc: BaseException) -> str:
         text.strip().splitlines()[0] if text.strip() else type(exc).__name__,
     )
     return f"The Spark job failed: {reason[:800]}"
-
-
-def _map_partition(
-    payload: bytes, path: list[str], counters: _Counters, splits: Iterable[Any]
-) -> Iterator[tuple[Any, Any]]:
-    """A map task: every split of this partition (one) through the mapper and combiner."""
-    job = _load(payload, path)
-    for split in splits:
-        yield from _map_split(job, split, counters)
-    counters.map_end.add(time.time())
-
-
-def _map_split(job: SparkJob, split: Any, counters: _Counters) -> Iterator[tuple[Any, Any]]:
-    """One split through the mapper (and the combiner); the errors as the local engine's
-    map task words them (:mod:`._tasks`), shipped to the driver."""
-    from paralela.mapreduce._inputs import locate, read_split
-
-    mapper, combiner = job.mapper, job.combiner
-    pair: Any = None
-    index = -1
-    records = 0
-    record: Any = None
-    pairs_in = pairs_out = 0
-    buffer: dict[Any, list[Any]] = {}
-    try:
-        for index, record in enumerate(read_split(split)):  # noqa: B007
-            out = mapper(record)
-            if isinstance(out, Mapping):
-                out = out.items()
-            for pair in _iterate(out):
-                pairs_in += 1
-                if type(pair) is not tuple or len(pair) != 2:
-                    pair = _as_pair(pair)
-                if combiner is None:
-                    hash(pair[0])  # an unhashable key: TypeError, reported by _as_pair
-                    pairs_out += 1
-                    yield pair
-                    continue
-                key, value = pair
-                values = buffer.get(key)
-                if values is None:
-                    buffer[key] = [value]
-                    if len(buffer) > MAX_BUFFERED_KEYS:
-                        for item in _drain(buffer, combiner):
-                            pairs_out += 1
-                            yield item
-                elif len(values) < COMBINE_EVERY:
-                    values.append(value)
-                else:
-                    values.append(value)
-                    buffer[key] = [_combine(combiner, key, values)]
-        records = index + 1
-        index = -2  # past the last record: only the combiner runs below
-        for item in _drain(buffer, combiner):
-            pairs_out += 1
-            yield item
-    except ShippedError:
-        raise
-    except InputError as exc:
-        raise _ship(exc, exc.__cause__) from None
-    except UserFunctionError as exc:  # a bad pair, or the combiner raised
-        if exc.function == "combiner" or index < 0:  # no record to blame: say which split
-            error = UserFunctionError(
-                f"{exc}\n  in the map task of {split.describe()}",
-                function=exc.function,
-                where=exc.where,
-            )
-        else:
-            error = _with_record(exc, locate(split, index), record)
-        raise _ship(error, exc.__cause__) from None
-    except TypeError as exc:
-        problem = _unhashable(exc, pair if index >= 0 else None)
-        if problem is not None:
-            raise _ship(_with_record(problem, locate(split, index), record), None) from None
-        raise _ship(_mapper_error(exc, split, index, record), exc) from None
-    except Exception as exc:
-        raise _ship(_mapper_error(exc, split, index, record), exc) from None
-    counters.records.add(records)
-    counters.pairs_in.add(pairs_in)
-    counters.pairs_out.add(pairs_out)
-
-
-def _iterate(out: Any) -> Iterator[Any]:
-    """The mapper's pairs; a mapper that returned something not iterable is an error."""
-    try:
-        return iter(out)
-    except TypeError:
-        raise UserFunctionError(
-            f"The mapper returned {_short(out)} (type {type(out).__name__}), which is not "
-            "iterable; a mapper yields (key, value) pairs or returns a list of them.",
-            function="mapper",
-        ) from None
-
-
-def _as_pair(item: Any) -> tuple[Any, Any]:
-    """``item`` as a ``(key, value)`` tuple (a 2-list is one, as in the local engine)."""
-    problem = _pair_problem(item)
-    if problem is not None:
-        raise UserFunctionError(problem, function="mapper")
-    return item[0], item[1]
-
-
-def _unhashable(exc: TypeError, pair: Any) -> UserFunctionError | None:
-    """The error for a pair with an unhashable key (``exc`` raised hashing it), or None
-    when ``exc`` came from elsewhere (the mapper)."""
-    if pair is None or "unhashable" not in str(exc) or exc.__traceback__ is None:
-        return None
-    if exc.__traceback__.tb_next is not None:  # raised deeper: in the user's code
-        return None
-    problem = _pair_problem(pair)
-    return None if problem is None else UserFunctionError(problem, function="mapper")
-
-
-# The local engine's wording (paralela.mapreduce._spill and _merge), kept in step by
-# tests/test_mapreduce_spark.py, which compares the errors of both engines.
-
-
-def _short(obj: Any) -> str:
-    text = repr(obj)
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
-def _pair_problem(item: Any) -> str | None:
-    """Why ``item`` is not a usable pair, or None when it is one."""
-    if not isinstance(item, (tuple, list)) or len(item) != 2:
-        kind = type(item).__name__
-        length = f" of length {len(item)}" if isinstance(item, (tuple, list)) else ""
-        return (
-            f"The mapper yielded {_short(item)} (a {kind}{length}), not a (key, value) "
-            "pair; a mapper yields 2-tuples, e.g. `yield word, 1`, or returns a list of them."
-        )
-    try:
-        hash(item[0])
-    except TypeError:
-        return (
-            f"The mapper yielded a pair whose key {_short(item[0])} is unhashable (type "
-            f"{type(item[0]).__name__}); keys must be hashable: use a tuple instead of a "
-            "list, a frozenset instead of a set."
-        )
-    return None
-
-
-def _mapper_error(exc: BaseException, split: Any, index: int, record: Any) -> UserFunctionError:
-    from paralela.mapreduce._inputs import locate
-
-    if index == -1:  # raised before the first record: reading the split failed
-        where = split.describe()
-        return UserFunctionError(
-            f"Reading {where} failed: {type(exc).__name__}: {exc}", function="mapper", where=where
-        )
-    where = locate(split, index) if index >= 0 else split.describe()
-    return UserFunctionError(
-        f"The mapper raised {type(exc).__name__}: {exc}\n  at {where}, record "
-        f"{_short_record(record)}",
-        function="mapper",
-        where=where,
-    )
-
-
-def _with_record(exc: UserFunctionError, where: str, record: Any) -> UserFunctionError:
-    return UserFunctionError(
-        f"{exc}\n  at {where}, record {_short_record(record)}",
-        function=exc.function,
-        where=where,
-    )
-
-
-def _short_record(record: Any) -> str:
-    from paralela.mapping._task import short_repr
-
-    return short_repr(record, 200)
-
-
-def _combine(combiner: Callable[[Any, Iterator[Any]], Any], key: Any, values: list[Any]) -> Any:
-    try:
-        return combiner(key, iter(values))
-    except Exception as exc:
-        raise UserFunctionError(
-            f"The combiner raised {type(exc).__name__}: {exc}\n  for key {_short(key)} "
-            f"(over {len(values)} values)",
-            function="combiner",
-            where=repr(key)[:200],
-        ) from exc
-
-
-def _drain(
-    buffer: dict[Any, list[Any]], combiner: Callable[[Any, Iterator[Any]], Any] | None
-) -> Iterator[tuple[Any, Any]]:
-    """Every buffered key with its values combined into one, the buffer emptied."""
-    if combiner is None:
-        return
-    items = list(buffer.items())
-    buffer.clear()
-    for key, values in items:
-        yield key, (values[0] if len(values) == 1 else _combine(combiner, key, values))
-
-
-def _reduce_partition(
-    payload: bytes, path: list[str], partition: int, pairs: Iterable[tuple[Any, Any]]
-) -> Iterator[tuple[int, list[tuple[Any, Any]]]]:
-    """A reduce task: the partition's pairs, sorted by key order, grouped by key, each
-    group through the reducer; sent on in batches of :data:`BATCH` pairs."""
-    from paralela.mapreduce._hashing import order
-
-    reducer = _load(payload, path).reducer
-    batch: list[tuple[Any, Any]] = []
-    key: Any = None
-    second = itemgetter(1)
-    try:
-        for _, group in itertools.groupby(pairs, key=lambda kv: order(kv[0])):
-            key, first = next(group)
-            values = itertools.chain((first,), map(second, group))  # noqa: B031  (once)
-            batch.append((key, reducer(key, values)))
-            if len(batch) >= BATCH:
-                yield partition, batch
-                batch = []
-    except Exception as exc:
-        raise _ship(_reducer_error(exc, key), exc) from None
-    yield partition, batch
-
-
-def _reducer_error(exc: BaseException, key: Any) -> UserFunctionError:
-    return UserFunctionError(
-        f"The reducer raised {type(exc).__name__}: {exc}\n  for key {_short(key)}",
-        function="reducer",
-        where=repr(key)[:200],
-    )
