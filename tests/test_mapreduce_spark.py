@@ -408,7 +408,10 @@ def test_a_running_session_is_reused_and_left_running(
 
 
 def test_a_session_it_starts_is_stopped_even_on_error(
-    spark_sessions: SparkSessions, corpus: tuple[Path, collections.Counter[str]], tmp_path: Path
+    spark_sessions: SparkSessions,
+    corpus: tuple[Path, collections.Counter[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from pyspark import SparkContext
 
@@ -421,6 +424,11 @@ def test_a_session_it_starts_is_stopped_even_on_error(
     assert SparkContext._active_spark_context is None
     assert dict(result) == dict(counts)  # the result outlives the session
     assert result.summary.extra["master"] == "local[1]"
+    monkeypatch.setenv("PARALELA_SPARK_MASTER", "local[2]")  # master= unset: from here
+    result = paralela.mapreduce(words, total, str(directory), engine="spark", spark_conf=conf)
+    assert result.summary.extra["master"] == "local[2]"
+    assert SparkContext._active_spark_context is None
+    monkeypatch.delenv("PARALELA_SPARK_MASTER")
     bad = tmp_path / "bad.txt"
     bad.write_text("fine\nboom\n")
     with pytest.raises(UserFunctionError):
