@@ -36,7 +36,7 @@ pytestmark = pytest.mark.timeout(240)
 #: Small splits, so that the corpus's files are cut into several and its long line spans
 #: more than one split.
 SPLIT_BYTES = 2048
-LONG_LINE_WORDS = 1500  # ~12 KB: longer than several splits
+LONG_LINE_WORDS = 1500  # ~6.5 KB: a line over three splits
 
 
 def make_corpus(directory: Path) -> tuple[list[Path], collections.Counter[str]]:
@@ -49,6 +49,7 @@ def make_corpus(directory: Path) -> tuple[list[Path], collections.Counter[str]]:
     lines_a[11] = "   \t  "
     lines_b = ["the long line: " + " ".join(f"w{i % 97}" for i in range(LONG_LINE_WORDS))]
     lines_b += ["", "café 🙂 café", ""] * 50
+    assert len(lines_b[0].encode()) > 3 * SPLIT_BYTES
     lines_c = [f"tail {i} 日本語" for i in range(300)]
     files = []
     counts: collections.Counter[str] = collections.Counter()
