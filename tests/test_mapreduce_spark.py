@@ -342,7 +342,8 @@ def test_errors_read_as_the_local_engine_s(local2: Any, tmp_path: Path, case: st
         "reducer": (words, reducer_fails_on_cafe),
     }[case]
     errors = []
-    for options in ({"engine": "spark"}, {"backend": "threads"}):
+    engines: list[dict[str, Any]] = [{"engine": "spark"}, {"backend": "threads"}]
+    for options in engines:
         with pytest.raises(UserFunctionError) as caught:
             paralela.mapreduce(mapper, reducer, str(path), **options)
         errors.append(caught.value)
@@ -398,7 +399,7 @@ def test_a_running_session_is_reused_and_left_running(
     from pyspark import SparkContext
 
     assert SparkContext._active_spark_context is sc
-    assert sc.parallelize([1, 2, 3]).sum() == 6  # still usable
+    assert local2.sparkContext.parallelize([1, 2, 3]).sum() == 6  # still usable
     with pytest.raises(ConfigError, match="already running"):
         paralela.mapreduce(words, total, str(directory), engine="spark", master="local[1]")
     with pytest.raises(ConfigError, match=r"spark\.executor\.cores"):
