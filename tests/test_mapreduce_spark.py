@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+import re
 import subprocess
 import sys
 import threading
@@ -499,3 +501,39 @@ def test_errors_come_back_from_a_standalone_cluster(
         paralela.mapreduce(words, reducer_fails_on_cafe, str(directory), engine="spark")
     assert reduced.value.where == repr("café")
     check_short(reduced.value)
+
+
+def test_the_command_line_runs_a_job_file_on_the_cluster(
+    spark_sessions: SparkSessions,
+    spark_cluster: StandaloneCluster,
+    corpus: tuple[Path, collections.Counter[str]],
+    tmp_path: Path,
+) -> None:
+    """``paralela mapreduce examples/wordcount.py --engine spark --master spark://...``:
+    the job file's functions reach the cluster's executors (by value: it is not an
+    installed module)."""
+    spark_sessions.stop()  # the worker's 2 cores go to one application at a time
+    directory, _ = corpus
+    out = tmp_path / "counts"
+    root = Path(__file__).resolve().parents[1]
+    command = [
+        sys.executable, "-m", "paralela", "mapreduce", str(root / "examples" / "wordcount.py"),
+        "--input", str(directory / "*.txt"), "--output", str(out), "--partitions", "2",
+        "--engine", "spark", "--master", spark_cluster.master_url,
+    ]  # fmt: skip
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected: collections.Counter[str] = collections.Counter()
+    for path in directory.glob("*.txt"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            expected.update(re.findall(r"\w+", line.lower()))
+    counts = {}
+    for part in sorted(out.glob("part-*.jsonl")):
+        for line in part.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            counts[row["key"]] = row["value"]
+    assert counts == dict(expected)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_SUCCESS", "part-00000.jsonl", "part-00001.jsonl"
+    ]  # fmt: skip
