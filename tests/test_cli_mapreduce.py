@@ -179,3 +179,31 @@ def test_ctrl_c_stops_cleanly_with_exit_130_and_no_temporary_files(workdir: Path
     assert "Interrupted" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert list((workdir / "tmp").iterdir()) == []
+
+
+BATCHED_JOB = """
+from collections import Counter
+from itertools import chain
+
+batched = True
+
+def mapper(lines):
+    return Counter(chain.from_iterable(map(str.split, lines)))
+
+def reducer(word, counts):
+    return sum(counts)
+"""
+
+
+def test_a_job_file_setting_batched_gets_lists_of_records(workdir: Path) -> None:
+    (workdir / "batched.py").write_text(BATCHED_JOB)
+    proc = paralela(workdir, "mapreduce", "batched.py", "--input", "corpus/*.txt")
+    assert proc.returncode == 0, proc.stderr
+    assert pairs(proc.stdout) == dict(EXPECTED)
+
+
+def test_a_job_file_setting_batched_to_something_else_is_a_usage_error(workdir: Path) -> None:
+    (workdir / "batched.py").write_text(BATCHED_JOB.replace("batched = True", "batched = 1"))
+    proc = paralela(workdir, "mapreduce", "batched.py", "--input", "corpus/*.txt")
+    assert proc.returncode == 2
+    assert "sets batched = 1; it must be True or False" in proc.stderr

@@ -59,8 +59,10 @@ MAPREDUCE_HELP = (
 )
 
 
-def _job_functions(job: str) -> tuple[Any, Any, Any]:
-    """``mapper``, ``reducer`` and ``combiner`` (or ``None``) of a job file or module."""
+def _job_functions(job: str) -> tuple[Any, Any, Any, bool]:
+    """``mapper``, ``reducer``, ``combiner`` (or ``None``) and ``batched`` (False unless
+    the file sets ``batched = True``: its mapper takes a list of records) of a job file
+    or module."""
     mapper = load_function(f"{job}:mapper")
     module = sys.modules[mapper.__module__]
     if not callable(getattr(module, "reducer", None)):
@@ -72,7 +74,10 @@ def _job_functions(job: str) -> tuple[Any, Any, Any]:
     combiner = getattr(module, "combiner", None)
     if combiner is not None and not callable(combiner):
         fail(f"{job} defines combiner, but it is not a function.", EXIT_USAGE)
-    return mapper, module.reducer, combiner
+    batched = getattr(module, "batched", False)
+    if not isinstance(batched, bool):
+        fail(f"{job} sets batched = {batched!r}; it must be True or False.", EXIT_USAGE)
+    return mapper, module.reducer, combiner, batched
 
 
 def _parse_options(pairs: list[str]) -> dict[str, str]:
@@ -263,7 +268,7 @@ def mapreduce_command(
             EXIT_USAGE,
         )
     backend_options = _parse_options(option or [])
-    mapper, reducer, combiner = _job_functions(job)
+    mapper, reducer, combiner, batched = _job_functions(job)
     try:
         result = mapreduce(
             mapper,
@@ -285,6 +290,7 @@ def mapreduce_command(
             progress=UNSET if progress is None else progress,
             backend_options=backend_options or None,
             master=master,
+            batched=batched,
         )
         if output is None:
             _print_pairs(result)

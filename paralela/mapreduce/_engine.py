@@ -90,6 +90,7 @@ class LocalJob:
     progress: Any
     summary: MapReduceSummary
     started: float  # time.perf_counter() when the call began
+    batched: bool = False  # the mapper takes a list of records
 
 
 def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -104,7 +105,7 @@ def identity_of(job: LocalJob, input_identity: str) -> dict[str, str]:
     output = "none" if job.output is None else f"{job.output_format}:{job.output.resolve()}"
     return {
         "inputs": input_identity,
-        "mapper": fingerprint_function(job.mapper),
+        "mapper": fingerprint_function(job.mapper) + (" (batched)" if job.batched else ""),
         "combiner": "none" if job.combiner is None else fingerprint_function(job.combiner),
         "reducer": fingerprint_function(job.reducer),
         "partitions": str(job.partitions),
@@ -243,7 +244,14 @@ def _map_phase(job: LocalJob, spill_dir: str, key: str | None) -> list[MapTaskRe
     task = _named(
         functools.partial(
             run_map_task,
-            MapJob(job.mapper, job.combiner, job.partitions, spill_dir, job.memory_limit),
+            MapJob(
+                job.mapper,
+                job.combiner,
+                job.partitions,
+                spill_dir,
+                job.memory_limit,
+                job.batched,
+            ),
         ),
         "map tasks",
     )
