@@ -59,6 +59,9 @@ RESULTS = BENCH_DIR / "results" / "mapreduce.md"
 CACHE = BENCH_DIR / ".cache"
 PACKAGES = ("numpy", "dask", "distributed", "pyspark", "pyarrow", "cloudpickle", "psutil")
 WORKERS = 2
+#: A row whose child saw more than this much other load (cores) runs again at the end
+#: (``--retries``); the run with less other load is kept.
+RETRY_CORES = 0.3
 SPARK_CONF = {
     "spark.driver.memory": "4g",
     "spark.ui.enabled": "false",
@@ -412,6 +415,7 @@ class Row:
     peak_proc_rss: int = 0
     peak_procs: int = 0
     other_cores: float = 0.0
+    earlier_other: list[float] = field(default_factory=list)  # other load of runs not kept
     summary: str = ""
 
     @property
@@ -484,6 +488,21 @@ def run_engine(
     return row
 
 
+def _logged(row: Row) -> Row:
+    if row.ok:
+        log(f"  {row.engine}: best {sig(row.best)} s, median {sig(row.median)} s, cold "
+            f"{sig(row.cold_s)} s, peak RSS {_mb(row.peak_rss)} MB, other load "
+            f"{row.other_cores:.2f} cores")  # fmt: skip
+    return row
+
+
+def _load(r: Row) -> str:
+    """The row's other load, and that of the runs of it not kept."""
+    if not r.earlier_other:
+        return f"{r.other_cores:.2f}"
+    return f"{r.other_cores:.2f} (other runs: {', '.join(f'{c:.2f}' for c in r.earlier_other)})"
+
+
 def _mb(nbytes: int) -> str:
     return f"{nbytes / 1e6:,.0f}"
 
@@ -505,7 +524,9 @@ def render(
         "fresh child process, one after another. **The figures are noisy**: a 2-core VM "
         "shared with other engineers running tests; `other load` is the CPU the rest of the "
         "machine used while the row ran (cores, /proc/stat minus the engine's own tree). "
-        "Compare rows within this run; best-of is the most stable figure.",
+        "Compare rows within this run; best-of is the most stable figure. A row that saw "
+        f"more than {RETRY_CORES} cores of other load ran again at the end "
+        f"(`--retries {args.retries}`) and the run with less other load is kept.",
         "",
         *machine_lines(PACKAGES),
         f"- Command: `{' '.join(['bench/bench_mapreduce.py', *args.argv])}`",
@@ -570,7 +591,7 @@ def render(
             f"{speed:.2f}x" if speed else "-",
             _mb(r.peak_rss),
             same,
-            f"{r.other_cores:.2f}",
+            _load(r),
             sig(ANCHORS.get(r.engine)),
         ])  # fmt: skip
     lines += [md_table(headers, table), ""]
@@ -676,6 +697,12 @@ def main(argv: Sequence[str]) -> None:
     ap.add_argument("--no-big", action="store_true", help="skip the 2 GB corpus")
     ap.add_argument("--no-big-serial", action="store_true", help="skip serial on 2 GB")
     ap.add_argument("--out", default=str(RESULTS), help="Markdown file to write")
+    ap.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        help=f"reruns of a row that saw > {RETRY_CORES} cores of other load (cleaner kept)",
+    )
     ap.add_argument("--cache", default=str(CACHE), help="corpus cache directory")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
@@ -708,13 +735,20 @@ def main(argv: Sequence[str]) -> None:
     rows: list[Row] = []
     for engine in engines:
         log(f"{engine}: running")
-        row = run_engine(engine, files, args.reps, timeout=600)
-        rows.append(row)
-        if row.ok:
-            log(f"  {engine}: best {sig(row.best)} s, median {sig(row.median)} s, cold "
-                f"{sig(row.cold_s)} s, peak RSS {_mb(row.peak_rss)} MB, other load "
-                f"{row.other_cores:.2f} cores")  # fmt: skip
+        rows.append(_logged(run_engine(engine, files, args.reps, timeout=600)))
         Path(args.out).write_text(render(args, manifest, rows, None))
+    for _ in range(args.retries):  # rows that shared the machine run again, at the end
+        for i, row in enumerate(rows):
+            if row.ok and row.other_cores <= RETRY_CORES:
+                continue
+            log(f"{row.engine}: running again (other load {row.other_cores:.2f} cores)")
+            again = _logged(run_engine(row.engine, files, args.reps, timeout=600))
+            again.earlier_other = [*row.earlier_other, row.other_cores]
+            if again.ok and (not row.ok or again.other_cores < row.other_cores):
+                rows[i] = again
+            else:
+                row.earlier_other.append(again.other_cores)
+            Path(args.out).write_text(render(args, manifest, rows, None))
     big: dict[str, Any] | None = None
     if not args.no_big:
         if args.quick:
