@@ -14,6 +14,10 @@ Every error says what happened, what is allowed, and what to do::
     ├── DistributedError                a distributed run (launch, strategies) cannot go on
     │   ├── RendezvousError             ranks did not all meet before the timeout
     │   └── RankFailedError             a rank of a launch died; the others were stopped
+    ├── MapReduceError                  a MapReduce job cannot go on
+    │   ├── InputError (ValueError)     an input is missing, unreadable or malformed (file, line)
+    │   └── UserFunctionError           the mapper, combiner or reducer raised or returned
+    │                                   something unusable (names the record or key)
     ├── StageError                      staging a dataset failed (paralela.staging)
     │   └── VerificationError           a copy does not match its source's checksum
     └── MissingExtraError (ImportError) an optional dependency is not installed

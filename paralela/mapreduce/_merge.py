@@ -6,7 +6,8 @@
     segment S ─records─> entries ─────────────────┘              └─> yield (key, result)
 
     more than MERGE_FACTOR segments: merge them MERGE_FACTOR at a time into temporary
-    ``.tmp-merge-*`` files next to the first segment first (deleted when done)
+    temporary merge files (``_files.TMP_PREFIX`` + ``merge-``) next to the first
+    segment first (deleted when done)
 
 Memory is bounded whatever the data size: at most ``MERGE_FACTOR`` segments are open at
 once, each with a ``READ_BUFFER`` (64 KiB) buffer and one decoded record (about
@@ -80,7 +81,7 @@ def _reduce(
                 if len(group) == 1:
                     merged_pass.extend(group)
                     continue
-                path = _files.temp_path(Path(group[0][0]), prefix=".tmp-merge-")
+                path = _files.temp_path(Path(group[0][0]), prefix=_files.TMP_PREFIX + "merge-")
                 temporary.append(str(path))
                 written, _ = merge_files([{0: s} for s in group], path, None, temporary=True)
                 merged_pass.append(written[0])

@@ -252,7 +252,7 @@ def merge_files(
 
     The file is written through :func:`paralela._files.replacing` (complete or absent),
     or, when ``temporary``, created with ``O_EXCL`` under a name the caller chose to be
-    ignored by readers (a ``.tmp-`` name) and deletes on any error.
+    ignored by readers (``_files.TMP_PREFIX``) and deletes on any error.
 
     Raises:
         UserFunctionError: the combiner raised.

@@ -119,7 +119,8 @@ class MapOutput:
 
     On failure (a bad pair, a combiner that raises, a full disk) nothing is cleaned up
     here: spill files written so far stay complete, and a spill in progress leaves only
-    a ``.tmp-`` file that readers ignore; the task's caller deletes or reuses them.
+    a temporary file (``_files.TMP_PREFIX``) that readers ignore; the task's caller
+    deletes or reuses them.
     """
 
     def __init__(
