@@ -184,6 +184,7 @@ def run_once(tool: str, mode: str, extra: Sequence[str], tmp: Path) -> Run:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            _kill_ranks_of(stamps_dir)
             what = f"did not exit within {exc.timeout:.0f} s" if isinstance(
                 exc, subprocess.TimeoutExpired) else str(exc)  # fmt: skip
             if kill_t is not None:
@@ -197,6 +198,17 @@ def run_once(tool: str, mode: str, extra: Sequence[str], tmp: Path) -> Run:
     run = Run(tool, t0, exit_s, _read_stamps(stamps_dir), tree, other, kill_t)
     shutil.rmtree(work, ignore_errors=True)
     return run
+
+
+def _kill_ranks_of(stamps_dir: Path) -> None:
+    """SIGKILL every process of this run's program that outlived its launcher: a hung
+    torchrun killed with its process group leaves ranks that run in sessions of their own."""
+    import psutil
+
+    for p in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if str(stamps_dir) in (p.info["cmdline"] or []):
+                p.kill()
 
 
 def _tail(path: Path) -> str:
