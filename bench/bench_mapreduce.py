@@ -16,6 +16,7 @@ Engines, 2 workers everywhere: ``serial_lines`` (a ``Counter`` over the lines),
 processes), ``spark_rdd`` / ``spark_df`` (``local[2]``), ``paralela_local`` (the mapper
 a user writes: ``for w in line.split(): yield w, 1``), ``paralela_local_counter`` (the
 mapper returns ``Counter(line.split())``, the pre-counting idiom of docs/mapreduce.md),
+``paralela_local_batched`` (``batched=True``: one ``Counter`` per ~4 MiB batch of lines),
 ``paralela_spark`` (``engine="spark"``, ``master="local[2]"``).
 
 Usage::
@@ -46,6 +47,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import add
 from pathlib import Path
 from typing import Any, cast
@@ -93,12 +95,15 @@ ENGINES = (
     "spark_df",
     "paralela_local",
     "paralela_local_counter",
+    "paralela_local_batched",
     "paralela_local_files",
     "paralela_spark",
 )
 LABELS = {
     "paralela_local": "paralela_local (mapper: `for w in line.split(): yield w, 1`)",
     "paralela_local_counter": "paralela_local_counter (mapper returns `Counter(line.split())`)",
+    "paralela_local_batched": "paralela_local_batched (`batched=True`; mapper returns "
+    "`Counter(chain.from_iterable(map(str.split, lines)))`)",
     "paralela_local_files": "paralela_local_files (records = the file paths, "
     "`input_format='records'`; mapper returns `Counter(f.read().split())`)",
     "paralela_spark": "paralela_spark (engine='spark', local[2])",
@@ -154,6 +159,11 @@ def split_mapper(line: str) -> Iterator[tuple[str, int]]:
 def counter_mapper(line: str) -> Counter[str]:
     """The pre-counting mapper of docs/mapreduce.md: a mapping per line."""
     return Counter(line.split())
+
+
+def batch_mapper(lines: list[str]) -> Counter[str]:
+    """The batched mapper of docs/mapreduce.md: one Counter per ~4 MiB batch of lines."""
+    return Counter(chain.from_iterable(map(str.split, lines)))
 
 
 def table_sha256(counts: Iterable[tuple[str, int]]) -> tuple[str, int, int]:
@@ -292,6 +302,9 @@ def child_main(
         options: dict[str, Any] = {}
         if engine == "paralela_local_counter":
             mapper = W.counter_mapper
+        elif engine == "paralela_local_batched":
+            mapper = W.batch_mapper
+            options = {"batched": True}
         elif engine == "paralela_local_files":
             mapper = W.count_read_split
             options = {"input_format": "records", "records_per_split": 1}
@@ -616,7 +629,7 @@ def _targets(by: dict[str, Row], mb: float) -> list[str]:
         if e in by and not e.startswith("paralela") and by[e].ok and by[e] is not serial
     ]
     fastest = min(peers, key=lambda r: r.best or 1e9) if peers else None
-    for name in ("paralela_local", "paralela_local_counter"):
+    for name in ("paralela_local", "paralela_local_counter", "paralela_local_batched"):
         r = by.get(name)
         if not (r and r.ok and r.best):
             continue

@@ -14,6 +14,7 @@ import pytest
 
 import paralela
 from paralela.errors import ConfigError, UserFunctionError
+from paralela.mapreduce._tasks import batch_blocks
 
 WORD = re.compile(r"\w+")
 
@@ -106,3 +107,21 @@ def test_batched_is_a_bool_and_local_only(tmp_path: Path) -> None:
         paralela.mapreduce(
             count_batch, total, str(tmp_path / "a.txt"), batched=True, engine="spark"
         )
+
+
+def test_a_batch_grows_with_the_memory_limit_up_to_16_mib() -> None:
+    assert batch_blocks(512 * 1000**2) == 15  # 16 MB of 1 MiB blocks: ~40 MB of strings
+    assert batch_blocks(4 << 30) == 16
+    assert batch_blocks(64 << 20) == 2
+    assert batch_blocks(1 << 20) == 1
+
+
+def test_small_files_are_mapped_in_fewer_tasks_with_the_same_answer(tmp_path: Path) -> None:
+    expected = _corpus(tmp_path, files=8, lines=300)
+    result = paralela.mapreduce(
+        count_batch, total, str(tmp_path / "*.txt"), combiner=total, workers=2, batched=True
+    )
+    assert result.to_dict() == dict(expected)
+    s = result.summary
+    assert (s.splits, s.map_tasks) == (8, 4)  # two files a task: 2 tasks per worker
+    assert s.pairs_after_combining <= 4 * len(expected)  # one set of pairs per task

@@ -22,6 +22,7 @@ from paralela.errors import ConfigError, InputError, MissingExtraError, Unpickla
 from paralela.mapreduce import _formats
 from paralela.mapreduce._inputs import (
     Split,
+    group_splits,
     input_identity,
     locate,
     plan_splits,
@@ -622,3 +623,61 @@ def test_batches_are_lists_holding_the_same_records_as_read_split(
             batches = list(read_split_batches(split))
             assert all(isinstance(batch, list) and batch for batch in batches)
             assert [r for batch in batches for r in batch] == list(read_split(split))
+
+
+# -- map tasks: small splits joined --------------------------------------------------
+
+
+def _files(directory: Path, sizes: list[int]) -> list[str]:
+    directory.mkdir(exist_ok=True)
+    paths = []
+    for i, size in enumerate(sizes):
+        path = directory / f"f{i:03d}.txt"
+        path.write_bytes((b"x" * 99 + b"\n") * (size // 100))
+        paths.append(str(path))
+    return paths
+
+
+def test_small_files_are_joined_into_as_many_tasks_as_asked(tmp_path: Path) -> None:
+    files = _files(tmp_path / "in", [10_000] * 16)
+    splits = list(plan_splits(files, min_splits=4))
+    assert len(splits) == 16  # one split per file: each is far below split_bytes
+    tasks = list(group_splits(splits, 64 << 20, 4))
+    assert [len(t) for t in tasks] == [4, 4, 4, 4]
+    assert [s for t in tasks for s in t] == splits  # every split once, in order
+
+
+def test_a_task_never_passes_split_bytes(tmp_path: Path) -> None:
+    files = _files(tmp_path / "in", [10_000] * 40)
+    tasks = list(group_splits(plan_splits(files, split_bytes=30_000), 30_000, 2))
+    assert all(sum(s.size for s in t) <= 30_000 for t in tasks)
+    assert sum(len(t) for t in tasks) == 40
+    assert len(tasks) == 14  # 3 files of 10 kB, then 2 at the end
+
+
+def test_pieces_of_a_cut_file_stay_tasks_of_their_own(tmp_path: Path) -> None:
+    files = _files(tmp_path / "in", [100_000, 100_000])
+    splits = list(plan_splits(files, split_bytes=40_000))
+    assert len(splits) == 6  # each file cut in 3 pieces near the target
+    assert [len(t) for t in group_splits(splits, 40_000, 2)] == [1] * 6
+
+
+def test_split_bytes_zero_and_records_join_nothing(tmp_path: Path) -> None:
+    files = _files(tmp_path / "in", [1_000] * 5)
+    whole = list(plan_splits(files, split_bytes=0))
+    assert [len(t) for t in group_splits(whole, 0, 1)] == [1] * 5
+
+    pulled: list[int] = []
+
+    def records() -> Iterator[int]:
+        for i in range(50):
+            pulled.append(i)
+            yield i
+
+    tasks = group_splits(plan_splits(records(), records_per_split=10), 64 << 20, 1)
+    first = next(tasks)  # lazily: one split of records read, not the whole generator
+    assert len(first) == 1
+    assert first[0].records == tuple(range(10))
+    assert len(pulled) <= 11
+    assert [len(t) for t in tasks] == [1] * 4
+    assert list(group_splits(iter(()), 64 << 20, 4)) == []

@@ -541,3 +541,31 @@ def test_memory_stays_under_the_limit_plus_a_margin(tmp_path: Path) -> None:
     assert spilled > 40 << 20
     assert map_growth < (8 << 20) + (32 << 20), f"map side grew {map_growth >> 20} MiB"
     assert reduce_growth < 32 << 20, f"reduce side grew {reduce_growth >> 20} MiB"
+
+
+def test_add_mapping_equals_add_all_and_still_spills_under_its_limit(tmp_path: Path) -> None:
+    tokens = _corpus(40_000, 2_000, seed=3)
+    batches = [Counter(tokens[i : i + 4_000]) for i in range(0, len(tokens), 4_000)]
+    results = []
+    for name, limit in (("roomy", 64 << 20), ("tiny", 32 << 10)):
+        out = MapOutput(3, tmp_path, combiner=_sum, memory_limit=limit, name=name)
+        for batch in batches:
+            out.add_mapping(batch)
+        segments = out.close()
+        assert out.stats.pairs_in == sum(map(len, batches))
+        results.append((out.stats.spills, _reduce_all(segments)))
+    (roomy_spills, roomy), (tiny_spills, tiny) = results
+    assert roomy == tiny == Counter(tokens)
+    assert roomy_spills == 1
+    assert tiny_spills > 1
+
+
+def test_a_combiner_raising_while_the_buffer_is_compacted_names_its_key(tmp_path: Path) -> None:
+    def combiner(key: str, values: Iterator[int]) -> int:
+        if key == "w7é":
+            raise KeyError("no w7")
+        return sum(values)
+
+    out = MapOutput(2, tmp_path, combiner=combiner, memory_limit=64 << 20, name="compact")
+    with pytest.raises(UserFunctionError, match=r"(?s)combiner raised KeyError.*for key 'w7é'"):
+        out.add_all([(f"w{i % 10}é", 1) for i in range(20_000)])  # compacted: 16 a key

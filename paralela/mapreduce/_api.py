@@ -52,7 +52,7 @@ PARTITIONS_PER_WORKER = 2
 #: Splits per worker at least, where the input allows (files are cut finer than
 #: ``split_bytes`` to get them): with one split per worker, 3 equal files on 2 workers
 #: leave a worker idle a third of the time; with two, it is 6 splits, 3 each. More cost
-#: a little: each split writes its own combined pairs (a 50 MB Zipf word count: 4 splits
+#: a little: each map task writes its own combined pairs (a 50 MB Zipf word count: 4 splits
 #: 1.69 s, 8 splits 1.81 s, on 2 workers).
 SPLITS_PER_WORKER = 2
 
@@ -327,6 +327,7 @@ def _run_local(
 ) -> MapReduceResult:
     from paralela.mapping._api import _check_picklable, _choose_backend
     from paralela.mapreduce._engine import LocalJob, require_shared_run_dir, run_local
+    from paralela.mapreduce._inputs import group_splits
 
     backend_obj, owns = _choose_backend(backend, workers, backend_options)
     try:
@@ -342,6 +343,7 @@ def _run_local(
             memory_limit = DEFAULT_REMOTE_MEMORY if remote else default_memory_limit(n_workers)
         min_splits = SPLITS_PER_WORKER * n_workers
         splits = _plan(inputs, input_format, encoding, split_bytes, min_splits, records_per_split)
+        tasks = group_splits(splits, split_bytes, min_splits)
         summary = MapReduceSummary(
             engine="local",
             workers=n_workers,
@@ -352,7 +354,7 @@ def _run_local(
             mapper=mapper,
             reducer=reducer,
             combiner=combiner,
-            splits=splits,
+            tasks=tasks,
             partitions=partitions or PARTITIONS_PER_WORKER * n_workers,
             backend=backend_obj,
             memory_limit=memory_limit,

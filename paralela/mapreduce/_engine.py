@@ -2,9 +2,9 @@
 
 ::
 
-    inputs ──plan_splits──> splits ──imap(run_map_task)──> per split: segments per partition
-                                        (one task per split; a dead worker's task is
-                                         submitted again by imap, as for any map)
+    inputs ──plan_splits──> splits ──group_splits──> map tasks (small splits joined)
+      ──imap(run_map_task)──> per task: segments per partition
+                              (a dead worker's task is submitted again by imap, as for any map)
     segments regrouped by partition ──imap(run_reduce_task)──> one part file per partition
     parts ──> MapReduceResult (lazy)  |  output=: part-NNNNN.<ext> + _SUCCESS
 
@@ -79,7 +79,8 @@ class LocalJob:
     mapper: Callable[[Any], Any]
     reducer: Callable[[Any, Iterator[Any]], Any]
     combiner: Callable[[Any, Iterator[Any]], Any] | None
-    splits: Iterable[Any]  # a list, or an iterator pulled lazily by the map phase
+    tasks: Iterable[tuple[Any, ...]]  # the splits of each map task (_inputs.group_splits):
+    # a list, or an iterator pulled lazily by the map phase
     partitions: int
     backend: Backend
     memory_limit: int
@@ -175,8 +176,10 @@ def run_local(job: LocalJob) -> MapReduceResult:
     keep_temporary = False
     try:
         if job.run_dir is not None:
-            job.splits = list(job.splits)  # the identity covers every split
-            identity = identity_of(job, input_identity(job.splits))
+            job.tasks = list(job.tasks)  # the identity covers every split, and the tasks
+            splits = [split for task in job.tasks for split in task]
+            layout = ",".join(str(len(task)) for task in job.tasks)
+            identity = identity_of(job, f"{input_identity(splits)} tasks {layout}")
             open_run_dir(
                 job.run_dir,
                 identity,
@@ -256,11 +259,12 @@ def _map_phase(job: LocalJob, spill_dir: str, key: str | None) -> list[MapTaskRe
         "map tasks",
     )
     store = None if job.run_dir is None else job.run_dir / "map"
-    iterator = imap(task, job.splits, **_imap_options(job, store, key))
+    iterator = imap(task, job.tasks, **_imap_options(job, store, key))
     results: list[MapTaskResult] = []
     try:
         for result in iterator:
             results.append(result)
+            summary.splits += result.splits
             summary.records += result.records
             summary.pairs_emitted += result.pairs_in
             summary.pairs_after_combining += result.pairs_out
@@ -271,7 +275,7 @@ def _map_phase(job: LocalJob, spill_dir: str, key: str | None) -> list[MapTaskRe
         _name_tasks(died, "map task", "split")
         raise
     finally:
-        summary.map_tasks = summary.splits = iterator.summary.items
+        summary.map_tasks = iterator.summary.items
         summary.map_tasks_reused = iterator.summary.resumed_items
         summary.retries += iterator.summary.retries
     results.sort(key=lambda r: r.split)

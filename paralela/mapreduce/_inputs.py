@@ -11,6 +11,7 @@
       └─ any other iterable of records          chunks of records_per_split, pulled lazily
     Split ──read_split──> records                (in a worker; see _formats.py)
     Split, record index ──locate──> "corpus/a.txt line 12"   (only when reporting errors)
+    splits ──group_splits──> map tasks           (small splits joined, up to split_bytes)
     splits ──input_identity──> digest            (what a run directory's resume checks)
 
 Inputs are planned in the order given, each directory or glob's files sorted by name; a
@@ -53,6 +54,7 @@ __all__ = [
     "FORMATS",
     "MIN_SPLIT_BYTES",
     "Split",
+    "group_splits",
     "input_identity",
     "locate",
     "plan_splits",
@@ -158,6 +160,41 @@ def plan_splits(
         return _record_splits(iter(inputs), records_per_split)
     files = _resolve(inputs)
     return iter(_file_splits(files, format, split_bytes, min_splits, encoding, min_split_bytes))
+
+
+def group_splits(
+    splits: Iterable[Split], split_bytes: int, min_tasks: int
+) -> Iterator[tuple[Split, ...]]:
+    """The map tasks: consecutive splits of small files joined into tasks of about
+    ``min(split_bytes, total / min_tasks)`` bytes (Hadoop's ``CombineFileInputFormat``,
+    Spark's ``maxPartitionBytes`` for file sources). Each task writes one set of combined
+    pairs, so 16 files of 12 MB on 2 workers make 4 tasks, not 16: a quarter of the pairs
+    to spill and merge. A split joins a task while its middle byte stays within the
+    target, so splits already near the target stay alone.
+    In-memory records keep one task per split, pulled lazily; ``split_bytes=0``
+    (one split per file) joins nothing.
+    """
+    it = iter(splits)
+    first = next(it, None)
+    if first is None:
+        return
+    if first.format == "records" or split_bytes <= 0:
+        yield (first,)
+        for split in it:
+            yield (split,)
+        return
+    planned = [first, *it]
+    total = sum(s.size for s in planned)
+    target = min(split_bytes, total // max(1, min_tasks))
+    task: list[Split] = []
+    size = 0
+    for split in planned:
+        if task and size + split.size / 2 > target:
+            yield tuple(task)
+            task, size = [], 0
+        task.append(split)
+        size += split.size
+    yield tuple(task)
 
 
 def read_split(split: Split) -> Iterator[Any]:

@@ -30,7 +30,7 @@ class MapReduceSummary:
             reaches ``memory_limit``, and one at its end).
         peak_buffer_bytes: the largest map-side buffer any map task held (its estimate).
         keys: distinct keys in the result (pairs written by the reduce tasks).
-        splits: input splits (one map task each).
+        splits: input splits; a map task reads one, or several small ones joined.
         map_tasks, reduce_tasks: tasks of each phase (``reduce_tasks`` = partitions).
         map_tasks_reused, reduce_tasks_reused: tasks read back from the run directory
             instead of run again.

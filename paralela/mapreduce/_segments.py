@@ -27,7 +27,7 @@ import heapq
 import os
 import pickle
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -43,6 +43,7 @@ __all__ = [
     "Segment",
     "SegmentWriter",
     "combine",
+    "combiner_error",
     "merge_files",
     "read_segment",
     "remove",
@@ -79,11 +80,16 @@ def combine(combiner: Callable[[Any, Iterator[Any]], Any], key: Any, values: Ite
     except MapReduceError:
         raise
     except Exception as exc:
-        raise UserFunctionError(
-            f"The combiner raised {type(exc).__name__}: {exc}\n  for key {short(key)}",
-            function="combiner",
-            where=repr(key)[:200],
-        ) from exc
+        raise combiner_error(exc, key) from exc
+
+
+def combiner_error(exc: Exception, key: Any) -> UserFunctionError:
+    """The error for the combiner's exception ``exc`` on ``key`` (raise it ``from exc``)."""
+    return UserFunctionError(
+        f"The combiner raised {type(exc).__name__}: {exc}\n  for key {short(key)}",
+        function="combiner",
+        where=repr(key)[:200],
+    )
 
 
 class SegmentWriter:
@@ -114,6 +120,21 @@ class SegmentWriter:
                     self._flush()
         if self._weight >= self.record_values:
             self._flush()
+
+    def add_sorted(self, keys: list[Any], lists: Mapping[Any, list[Any]]) -> None:
+        """:meth:`add` for every key of ``keys`` (in key order) with ``lists[key]``."""
+        add = self.add
+        record = self._record
+        for key in keys:
+            values = lists[key]
+            n = len(values)
+            if n > 1 or self._weight + 2 >= self.record_values:
+                add(key, values)  # the general case: chunking, flushing
+                record = self._record
+            else:  # one value (or none), the record has room: the inlined fast path
+                record.append((key, values))
+                self.values += n
+                self._weight += n + 1
 
     def _flush(self) -> None:
         data = pickle.dumps(self._record, protocol=_PROTOCOL)

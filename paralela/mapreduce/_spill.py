@@ -19,21 +19,22 @@ from __future__ import annotations
 
 import os
 import sys
+import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any, NoReturn
 
 from paralela import _files
-from paralela.errors import UserFunctionError
+from paralela.errors import MapReduceError, UserFunctionError
 from paralela.mapreduce._hashing import order, partition_of
 from paralela.mapreduce._segments import (
     MERGE_FACTOR,
     Segment,
     SegmentWriter,
-    combine,
+    combiner_error,
     merge_files,
     remove,
     short,
@@ -76,6 +77,7 @@ _KEY_OVERHEAD = 120
 _SHARED_REFS = 16
 _LIST_SLOT = 8
 _NOTHING: Any = object()
+_crc32 = zlib.crc32
 
 
 @dataclass
@@ -223,6 +225,22 @@ class MapOutput:
                 return
             budget = self._every - self._pending
 
+    def add_mapping(self, mapping: Mapping[Any, Any]) -> None:
+        """Add every item of ``mapping`` as a pair (what a batched mapper returned): its
+        keys are hashable and distinct, so no item needs checking. The buffer's size is
+        checked once, after the whole mapping.
+
+        Raises:
+            UserFunctionError: the combiner raised (function="combiner").
+        """
+        buf = self._buf
+        k = v = _NOTHING
+        for k, v in mapping.items():
+            buf[k].append(v)
+        self._pending += len(mapping)
+        if self._pending >= self._every and k is not _NOTHING:
+            self._check(k, v)
+
     # -- memory -------------------------------------------------------------------------
 
     def _check(self, key: Any, value: Any) -> None:
@@ -257,15 +275,7 @@ class MapOutput:
         return estimate
 
     def _combine_all(self) -> None:
-        buf = self._buf
-        combiner = self._combiner
-        assert combiner is not None
-        values = 0
-        for key, lst in buf.items():
-            if len(lst) > 1:
-                buf[key] = [combine(combiner, key, iter(lst))]
-            values += 1 if len(lst) > 1 else len(lst)
-        self._values = values
+        self._values = _combine_lists(self._combiner, self._buf)
 
     # -- spilling -----------------------------------------------------------------------
 
@@ -274,25 +284,26 @@ class MapOutput:
         if not buf:
             return
         parts = self._partitions
-        by_partition: list[list[Any]] = [[] for _ in range(parts)]
-        for key in buf:
-            by_partition[partition_of(key, parts)].append(key)
+        keys_of: list[list[Any]] = [[] for _ in range(parts)]
+        str_only = all(type(key) is str for key in buf)
+        if str_only:  # partition_of inlined: ~0.15 µs a key instead of ~0.5
+            for key, h in zip(buf, map(_crc32, _encoded(buf)), strict=True):
+                keys_of[h % parts].append(key)
+        else:
+            for key in buf:
+                keys_of[partition_of(key, parts)].append(key)
+        if self._combiner is not None:
+            _combine_lists(self._combiner, buf)
         path = self._directory / f"{self._name}-spill-{self.stats.spills:04d}"
-        combiner = self._combiner
         segments: dict[int, Segment] = {}
         values_written = []
         with _files.replacing(path) as f:
-            for partition, keys in enumerate(by_partition):
+            for partition, keys in enumerate(keys_of):
                 if not keys:
                     continue
-                str_only = set(map(type, keys)) == {str}
                 keys.sort(key=None if str_only else order)
                 writer = SegmentWriter(f, str_only, self._record_values)
-                for key in keys:
-                    values = buf[key]
-                    if combiner is not None and len(values) > 1:
-                        values = [combine(combiner, key, iter(values))]
-                    writer.add(key, values)
+                writer.add_sorted(keys, buf)
                 segments[partition] = (str(path), writer.start, writer.close())
                 values_written.append(writer.values)
                 self._record_values = writer.record_values
@@ -333,6 +344,32 @@ class MapOutput:
             for partition, segment in spilled.items():
                 by_partition.setdefault(partition, []).append(segment)
         return dict(sorted(by_partition.items()))
+
+
+def _combine_lists(combiner: Any, buf: dict[Any, list[Any]]) -> int:
+    """Combine, in place, every list of two values or more in ``buf`` to a list of one;
+    the values left. The combiner's exception becomes a UserFunctionError naming the key
+    (as ``_segments.combine`` does)."""
+    values = 0
+    key: Any = None
+    try:
+        for key, lst in buf.items():
+            if len(lst) > 1:
+                buf[key] = [combiner(key, iter(lst))]
+                values += 1
+            else:
+                values += len(lst)
+    except MapReduceError:
+        raise
+    except Exception as exc:
+        raise combiner_error(exc, key) from exc
+    return values
+
+
+def _encoded(keys: Iterable[str]) -> Iterator[bytes]:
+    """Each key's bytes as ``partition_of`` hashes them."""
+    for key in keys:
+        yield key.encode("utf-8", "surrogatepass")
 
 
 def _size(obj: Any) -> int:

@@ -85,7 +85,7 @@ class ReduceTask:
 class MapTaskResult:
     """What a finished map task reports: where its pairs are, and its counters."""
 
-    split: int
+    split: int  # the index of the task's first split
     segments: dict[int, list[Segment]]
     records: int
     pairs_in: int
@@ -94,6 +94,7 @@ class MapTaskResult:
     bytes_spilled: int
     peak_buffer_bytes: int
     seconds: float
+    splits: int = 1  # splits the task covered
 
 
 @dataclass
@@ -166,18 +167,19 @@ def _failed(error: MapReduceError, cause: BaseException | None) -> TaskFailed:
     return TaskFailed(error, cause, tb)
 
 
-def run_map_task(job: MapJob, split: Any) -> MapTaskResult:
-    """Run the mapper over one split and spill its pairs; see the module docstring.
+def run_map_task(job: MapJob, task: Any) -> MapTaskResult:
+    """Run the mapper over one map task's splits (a tuple of them, or one split) and
+    spill their pairs, combined together; see the module docstring.
 
     Raises:
         TaskFailed: the mapper (or combiner) raised or yielded something that is not a
             pair (a :class:`UserFunctionError` naming the file and line and the record),
-            or the split cannot be read (an :class:`InputError`).
+            or a split cannot be read (an :class:`InputError`).
         MapReduceError: spill files cannot be written (a full disk), naming the directory.
     """
-    from paralela.mapreduce._inputs import read_split_batches
     from paralela.mapreduce._shuffle import MapOutput
 
+    splits = tuple(task) if isinstance(task, (tuple, list)) else (task,)
     started = time.perf_counter()
     token = os.urandom(4).hex()  # each attempt writes files of its own
     out = MapOutput(
@@ -185,8 +187,31 @@ def run_map_task(job: MapJob, split: Any) -> MapTaskResult:
         job.spill_dir,
         combiner=job.combiner,
         memory_limit=job.memory_limit,
-        name=f"map-{split.index:06d}-{token}",
+        name=f"map-{splits[0].index:06d}-{token}",
     )
+    map_split = _map_batched if job.batched else _map_split
+    records = sum(map_split(job, split, out) for split in splits)
+    try:
+        segments = out.close()
+    except Exception as exc:  # the last spill: a combiner that raises, a full disk
+        error = _map_failure(exc, job, splits[-1], -1, None, _describe(splits))
+        if error is exc:
+            raise
+        raise error from error.__cause__
+    return _result(splits, out, segments, records, started)
+
+
+def _describe(splits: tuple[Any, ...]) -> str:
+    """What a map task covers: its split, or its first split and how many more."""
+    if len(splits) == 1:
+        return str(splits[0].describe())
+    return f"{splits[0].describe()} and {len(splits) - 1} more split(s)"
+
+
+def _map_split(job: MapJob, split: Any, out: Any) -> int:
+    """Add the pairs of every record of ``split`` to ``out``; the records read."""
+    from paralela.mapreduce._inputs import read_split_batches
+
     mapper = job.mapper
     add_all = out.add_all
     fn: Any = None  # the mapper, or a wrapper giving the items of the mappings it returns
@@ -194,8 +219,6 @@ def run_map_task(job: MapJob, split: Any) -> MapTaskResult:
     batch: list[Any] = []
     rest: Iterator[Any] = iter(batch)
     reading = True
-    if job.batched:
-        return _run_batched(job, split, out, started)
     try:
         # The hot loop: per batch of records (~1 MiB of lines), one add_all over every
         # pair of the batch, chained in C; no Python code of ours runs per record or pair.
@@ -214,29 +237,30 @@ def run_map_task(job: MapJob, split: Any) -> MapTaskResult:
             add_all(chain_all(map(fn, rest)))
             done += len(batch)
             reading = True
-        reading = False
-        batch, rest = [], iter(())
-        segments = out.close()
     except InputError as exc:
         raise _failed(exc, exc.__cause__) from None
     except Exception as exc:
         if reading:  # an error of the reader that is not an InputError (a bug)
             raise
-        # Which record: map() has pulled it from ``rest`` when it fails (-1: none, the
-        # last spill was being written).
-        offset = len(batch) - operator.length_hint(rest) - 1 if batch else -1
-        record = batch[offset] if batch else None
-        error = _map_failure(exc, job, split, done + offset if batch else -1, record)
+        # Which record: map() has pulled it from ``rest`` when it fails (none: a
+        # combiner's error while the buffer was compacted between batches).
+        offset = len(batch) - operator.length_hint(rest) - 1
+        if batch and offset >= 0:
+            error = _map_failure(exc, job, split, done + offset, batch[offset])
+        else:
+            error = _map_failure(exc, job, split, -1, None)
         if error is exc:
             raise
         raise error from error.__cause__
-    return _result(split, out, segments, done, started)
+    return done
 
 
-def _result(split: Any, out: Any, segments: Any, records: int, started: float) -> MapTaskResult:
+def _result(
+    splits: tuple[Any, ...], out: Any, segments: Any, records: int, started: float
+) -> MapTaskResult:
     stats = out.stats
     return MapTaskResult(
-        split.index,
+        splits[0].index,
         segments,
         records,
         stats.pairs_in,
@@ -245,56 +269,67 @@ def _result(split: Any, out: Any, segments: Any, records: int, started: float) -
         stats.bytes_spilled,
         stats.peak_buffer_bytes,
         time.perf_counter() - started,
+        len(splits),
     )
 
 
-#: Blocks of lines (``BLOCK_BYTES``, 1 MiB, each) given to a batched mapper at once. A
-#: word count's Counter per batch of the 200 MB corpus of bench/bench_mapreduce.py holds
-#: 296k pairs per 12.5 MB file in 1 MiB batches, 143k in 4 MiB, 91k in 8 MiB: 4 MiB halves
-#: what the shuffle is handed, for about 40 MB of Python strings per worker at a time.
-GATHER_BLOCKS = 4
+#: A batched mapper's batch of a text, jsonl or csv file: blocks of lines (``BLOCK_BYTES``,
+#: 1 MiB, each) joined up to ``memory_limit / BATCH_SHARE`` bytes, at most
+#: MAX_BATCH_BYTES. Larger batches hand the shuffle fewer pairs: a word count's Counter
+#: over the 12.5 MB files of bench/bench_mapreduce.py's corpus holds 127k pairs a file
+#: in 4 MiB batches, 49k in one 12.5 MB batch (map tasks of 4 files: 1.12 s vs 0.98 s).
+#: A batch costs ~2.6x its bytes in Python strings while the mapper runs (tracemalloc:
+#: 31 MiB for 12 MiB of lines), so 16 MiB stays under 5 % of a 1 GiB memory_limit.
+BATCH_SHARE = 32
+MAX_BATCH_BYTES = 16 << 20
 _BLOCK_FORMATS = ("text", "jsonl", "csv")  # batches of ~1 MiB; Parquet's are already large
 
 
-def _gathered(batches: Iterator[list[Any]], fmt: str) -> Iterator[list[Any]]:
-    """``batches`` joined ``GATHER_BLOCKS`` at a time for formats read in blocks."""
-    if fmt not in _BLOCK_FORMATS:
+def batch_blocks(memory_limit: int) -> int:
+    """How many 1 MiB blocks of lines a batched mapper gets at once under ``memory_limit``."""
+    from paralela.mapreduce._formats import BLOCK_BYTES
+
+    return max(1, min(MAX_BATCH_BYTES, memory_limit // BATCH_SHARE) // BLOCK_BYTES)
+
+
+def _gathered(batches: Iterator[list[Any]], fmt: str, blocks: int) -> Iterator[list[Any]]:
+    """``batches`` joined ``blocks`` at a time for formats read in blocks."""
+    if fmt not in _BLOCK_FORMATS or blocks <= 1:
         yield from batches
         return
     while True:
         joined: list[Any] = []
-        for part in itertools.islice(batches, GATHER_BLOCKS):
+        for part in itertools.islice(batches, blocks):
             joined += part
         if not joined:
             return
         yield joined
 
 
-def _run_batched(job: MapJob, split: Any, out: Any, started: float) -> MapTaskResult:
-    """A map task whose mapper takes a whole batch of records (``batched=True``): one call
-    per batch (~1 MiB of lines), so a mapper can count with C code (``Counter``) and hand
-    over one pair per distinct key instead of one per token."""
+def _map_batched(job: MapJob, split: Any, out: Any) -> int:
+    """:func:`_map_split` for a mapper of whole batches of records (``batched=True``):
+    one call per batch (up to 16 MiB of lines, see BATCH_SHARE), so a mapper can count
+    with C code (``Counter``) and hand over one pair per distinct key, not one per token."""
     from paralela.mapreduce._inputs import locate, read_split_batches
 
     done = 0
     batch: list[Any] = []
     try:
-        for batch in _gathered(read_split_batches(split), split.format):
+        blocks = batch_blocks(job.memory_limit)
+        for batch in _gathered(read_split_batches(split), split.format, blocks):
             pairs = job.mapper(batch)
-            out.add_all(pairs.items() if isinstance(pairs, Mapping) else pairs)
+            if isinstance(pairs, Mapping):
+                out.add_mapping(pairs)
+            else:
+                out.add_all(pairs)
             done += len(batch)
-        batch = []
-        segments = out.close()
     except InputError as exc:
         raise _failed(exc, exc.__cause__) from None
     except Exception as exc:
         if isinstance(exc, UserFunctionError) and exc.function == "combiner":
             raise _failed(exc, exc.__cause__) from None
-        if not batch:  # writing the last spill
-            error = _map_failure(exc, job, split, -1, None)
-            if error is exc:
-                raise
-            raise error from error.__cause__
+        if not batch:  # the reader failed before its first batch: a bug, not the user's
+            raise
         first, last = locate(split, done), locate(split, done + len(batch) - 1)
         where = first if len(batch) == 1 else f"{first} to {last}"
         batch_text = f"the batch of {len(batch)} record(s) from {where}"
@@ -314,7 +349,7 @@ def _run_batched(job: MapJob, split: Any, out: Any, started: float) -> MapTaskRe
             message = f"The mapper raised {type(exc).__name__}: {exc}\n  on {batch_text}"
         error = UserFunctionError(message, function="mapper", where=where)
         raise _failed(error, cause) from None
-    return _result(split, out, segments, done, started)
+    return done
 
 
 def _items(mapper: Callable[[Any], Any], record: Any) -> Any:
@@ -323,15 +358,18 @@ def _items(mapper: Callable[[Any], Any], record: Any) -> Any:
     return pairs.items() if isinstance(pairs, Mapping) else pairs
 
 
-def _map_failure(exc: Exception, job: MapJob, split: Any, index: int, record: Any) -> BaseException:
+def _map_failure(
+    exc: Exception, job: MapJob, split: Any, index: int, record: Any, task: str | None = None
+) -> BaseException:
     """The error to raise for ``exc`` in a map task, ``index`` its record in the split
-    (``-1``: after the last record, while the last spill was written)."""
+    (``-1``: after the last record, while the last spill was written; ``task`` then says
+    what the task covers, default the split)."""
     from paralela.mapreduce._inputs import locate
 
     if isinstance(exc, UserFunctionError):
         if exc.function == "combiner" or index < 0:  # no record to blame: say which split
             error = UserFunctionError(
-                f"{exc}\n  in the map task of {split.describe()}",
+                f"{exc}\n  in the map task of {task or split.describe()}",
                 function=exc.function,
                 where=exc.where,
             )
