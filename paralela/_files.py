@@ -84,8 +84,10 @@ def replacing(path: str | os.PathLike[str], prefix: str = TMP_PREFIX) -> Iterato
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename is None:
+            exc.filename = str(target)  # a failed write() names no file: say which
         raise
     _sync_dir(target.parent)
 

@@ -5,9 +5,7 @@ that fills while the trials run, too.
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from disk_helpers import fill, mount_tmpfs, unmount
 from sweep_helpers import command, write_script
 
 from paralela.cli._errors import EXIT_FAILED
@@ -38,21 +37,12 @@ paralela.report(x)
 """
 
 
-def mount_tmpfs(path: Path, options: str) -> None:
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("needs root to mount a small tmpfs (CI runs as root)")
-    path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)])
-    if done.returncode != 0:
-        pytest.skip("this machine does not allow a tmpfs mount")
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     disk = tmp_path / "disk"
     mount_tmpfs(disk, "size=2m")
     yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False)
+    unmount(disk)
 
 
 def sweep_cli(
@@ -68,14 +58,6 @@ def sweep_cli(
         text=True,
         timeout=100,
     )
-
-
-def fill(path: Path) -> None:
-    """Write ``path`` until the filesystem is full."""
-    with pytest.raises(OSError, match="No space left") as info, open(path, "wb") as f:  # noqa: PT012
-        while True:
-            f.write(bytes(65536))
-    assert info.value.errno == errno.ENOSPC
 
 
 def assert_one_paragraph(stderr: str, run_dir: Path, reason: str) -> None:
@@ -118,7 +100,7 @@ def test_a_read_only_run_directory(tmp_path: Path) -> None:
         script = write_script(tmp_path, "train.py", QUICK)
         done = sweep_cli(tmp_path, readonly / "run", script, "--trials", "2")
     finally:
-        subprocess.run(["umount", "-l", str(readonly)], check=False)
+        unmount(readonly)
     assert done.returncode == EXIT_FAILED
     assert_one_paragraph(done.stderr, readonly / "run", "Read-only file system")
 

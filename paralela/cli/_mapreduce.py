@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import enum
+import errno
 import json
 import sys
 from pathlib import Path
@@ -302,6 +303,9 @@ def mapreduce_command(
     except ParalelaError as exc:
         notes = [n.removeprefix("paralela: ") for n in getattr(exc, "__notes__", [])]
         notes = [n[:1].upper() + n[1:] for n in notes]
-        fail(" ".join([str(exc), *notes]), exit_code_for(exc))
+        cause = exc.__cause__
+        full = isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT)
+        # A full disk is a failure to retry once there is room, not a usage error.
+        fail(" ".join([str(exc), *notes]), EXIT_FAILED if full else exit_code_for(exc))
     where = f"; {len(result.output_files)} files in {output}" if output is not None else ""
     typer.echo(f"paralela mapreduce: {result.summary}{where}", err=True)

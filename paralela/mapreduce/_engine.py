@@ -51,6 +51,7 @@ from paralela.mapreduce._output import (
     Part,
     check_output_dir,
     remove_stale_parts,
+    remove_temporaries,
     type_empty_parquet_parts,
     write_success,
 )
@@ -225,6 +226,10 @@ def run_local(job: LocalJob) -> MapReduceResult:
         )
     except TaskFailed as failed:
         raise reraise(failed)  # noqa: B904  (its __cause__ is the user's exception)
+    except BaseException:
+        if job.output is not None:  # parts whose writing a stopped task cut short
+            remove_temporaries(job.output)
+        raise
     finally:
         if temporary is not None and not keep_temporary:
             shutil.rmtree(temporary, ignore_errors=True)

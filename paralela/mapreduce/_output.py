@@ -282,6 +282,16 @@ def remove_stale_parts(directory: str | os.PathLike[str], keep: Iterable[str]) -
             path.unlink(missing_ok=True)
 
 
+def remove_temporaries(directory: str | os.PathLike[str]) -> None:
+    """Remove the temporary files (``_files.TMP_PREFIX``) of parts whose writing was cut
+    short: a reduce task stopped mid-write when another failed, or on Ctrl-C."""
+    from paralela._files import TMP_PREFIX
+
+    for path in Path(directory).glob(TMP_PREFIX + "*"):
+        if path.is_file():
+            path.unlink(missing_ok=True)
+
+
 def check_output_dir(directory: str | os.PathLike[str]) -> Path:
     """The output directory, created; refuses one holding files this job would not write.
 
