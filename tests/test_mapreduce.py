@@ -445,7 +445,7 @@ def test_bad_options_are_config_errors(options: dict[str, Any], message: str) ->
 
 def test_functions_that_are_not_callable_or_cannot_travel() -> None:
     with pytest.raises(ConfigError, match="reducer must be a function"):
-        paralela.mapreduce(words, "sum", ["x"])  # type: ignore[arg-type]
+        paralela.mapreduce(words, 42, ["x"])  # type: ignore[arg-type]
     lock = __import__("threading").Lock()
     with pytest.raises(UnpicklableError, match="mapper"):
         paralela.mapreduce(lambda r: [(lock, r)], total, ["x"], backend="processes", workers=1)

@@ -4,6 +4,7 @@ reduce tasks as array jobs, spill files in the run directory (the shared filesys
 from __future__ import annotations
 
 import collections
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -73,3 +74,21 @@ def test_slurm_without_a_run_dir_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="needs run_dir= on a filesystem every node"):
         paralela.mapreduce(words, total, str(tmp_path / "a.txt"), backend="slurm",
                            backend_options={"slurm_job_dir": str(tmp_path / "jobs")})  # fmt: skip
+
+
+@pytest.mark.slurm
+def test_streaming_commands_on_slurm(slurm_cluster: str, tmp_path: Path) -> None:
+    scripts = Path(__file__).resolve().parent / "streaming_scripts"
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    lines = [f"w{i % 13} straße x{i % 5}" for i in range(500)]
+    (corpus / "a.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected = collections.Counter(w for line in lines for w in line.split())
+    py = sys.executable
+    result = paralela.mapreduce(
+        f"{py} {scripts / 'mapper.py'}", f"{py} {scripts / 'reducer.py'}", str(corpus),
+        backend="slurm", backend_options=options(slurm_cluster, tmp_path),
+        run_dir=tmp_path / "run", partitions=2, progress=False,
+    )  # fmt: skip
+    assert {k: int(v) for k, v in result} == dict(expected)
+    assert len(list((tmp_path / "jobs").iterdir())) == 2  # a map and a reduce array

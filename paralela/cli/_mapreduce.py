@@ -39,6 +39,7 @@ __all__ = ["mapreduce_command"]
 class Format(str, enum.Enum):
     jsonl = "jsonl"
     parquet = "parquet"
+    text = "text"
 
 
 class Engine(str, enum.Enum):
@@ -56,7 +57,13 @@ MAPREDUCE_HELP = (
     "_SUCCESS manifest are written there; without it, the pairs go to stdout as JSON "
     'Lines {"key": ..., "value": ...}, partition after partition (keys sorted within '
     "a partition, not across them: pipe through sort for a total order). A summary "
-    "goes to stderr."
+    "goes to stderr.\n\n"
+    "Hadoop Streaming jobs run unchanged: instead of JOB.py, give --mapper CMD and "
+    "--reducer CMD (and --combiner CMD), programs that read lines on stdin and write "
+    "key<TAB>value lines on stdout. Example: paralela mapreduce --mapper 'python3 "
+    "mapper.py' --reducer 'python3 reducer.py' --input 'corpus/*.txt' --output counts/ "
+    "(text part files of key<TAB>value lines, as Hadoop writes; key<TAB>value lines on "
+    "stdout without --output)."
 )
 
 
@@ -110,6 +117,14 @@ def _print_pairs(result: Any) -> None:
     out.flush()
 
 
+def _print_text(result: Any) -> None:
+    """The pairs as ``key<TAB>value`` lines (a ``None`` value: the key alone)."""
+    out = sys.stdout
+    for key, value in result:
+        out.write(f"{key}\n" if value is None else f"{key}\t{value}\n")
+    out.flush()
+
+
 @app.command(
     "mapreduce",
     help=MAPREDUCE_HELP,
@@ -118,15 +133,6 @@ def _print_pairs(result: Any) -> None:
     no_args_is_help=True,
 )
 def mapreduce_command(
-    job: Annotated[
-        str,
-        typer.Argument(
-            metavar="JOB.py",
-            help="A Python file (or module) defining mapper(record), reducer(key, values) "
-            "and optionally combiner(key, values).",
-            show_default=False,
-        ),
-    ],
     input_: Annotated[
         list[str],
         typer.Option(
@@ -137,6 +143,15 @@ def mapreduce_command(
             show_default=False,
         ),
     ],
+    job: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[JOB.py]",
+            help="A Python file (or module) defining mapper(record), reducer(key, values) "
+            "and optionally combiner(key, values). Or give --mapper and --reducer commands.",
+            show_default=False,
+        ),
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -149,8 +164,44 @@ def mapreduce_command(
         ),
     ] = None,
     format_: Annotated[
-        Format, typer.Option("--format", "-f", help="Format of the --output files.")
-    ] = Format.jsonl,
+        Format | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="Format of the --output files. Default: jsonl; text (key<TAB>value "
+            "lines) with --mapper/--reducer commands.",
+            show_default=False,
+        ),
+    ] = None,
+    mapper_command: Annotated[
+        str | None,
+        typer.Option(
+            "--mapper",
+            metavar="CMD",
+            help="A command as the mapper (Hadoop Streaming): reads records as lines on "
+            "stdin, writes key<TAB>value lines.",
+            show_default=False,
+        ),
+    ] = None,
+    reducer_command: Annotated[
+        str | None,
+        typer.Option(
+            "--reducer",
+            metavar="CMD",
+            help="A command as the reducer: reads key<TAB>value lines sorted by key, "
+            "writes key<TAB>value lines.",
+            show_default=False,
+        ),
+    ] = None,
+    combiner_command: Annotated[
+        str | None,
+        typer.Option(
+            "--combiner",
+            metavar="CMD",
+            help="A command as the combiner, run on each batch of the mapper's lines.",
+            show_default=False,
+        ),
+    ] = None,
     input_format: Annotated[
         str | None,
         typer.Option(
@@ -269,7 +320,24 @@ def mapreduce_command(
             EXIT_USAGE,
         )
     backend_options = _parse_options(option or [])
-    mapper, reducer, combiner, batched = _job_functions(job)
+    commands = (mapper_command, reducer_command, combiner_command)
+    streaming = any(c is not None for c in commands)
+    if job is not None and streaming:
+        fail(
+            "Give a JOB.py or --mapper/--reducer commands, not both.",
+            EXIT_USAGE,
+        )
+    if job is not None:
+        mapper, reducer, combiner, batched = _job_functions(job)
+    elif mapper_command is None or reducer_command is None:
+        fail(
+            "Give a JOB.py defining mapper and reducer, or both --mapper CMD and "
+            "--reducer CMD (Hadoop Streaming commands).",
+            EXIT_USAGE,
+        )
+    else:
+        mapper, reducer, combiner, batched = mapper_command, reducer_command, combiner_command, True
+    fmt = format_ or (Format.text if streaming else Format.jsonl)
     try:
         result = mapreduce(
             mapper,
@@ -283,7 +351,7 @@ def mapreduce_command(
             memory_limit=memory_limit,
             run_dir=run_dir,
             output=output,
-            output_format=format_.value,
+            output_format=fmt.value,
             input_format=input_format,
             encoding=encoding,
             split_bytes=split_bytes,
@@ -294,7 +362,7 @@ def mapreduce_command(
             batched=batched,
         )
         if output is None:
-            _print_pairs(result)
+            _print_text(result) if fmt is Format.text else _print_pairs(result)
     except KeyboardInterrupt:
         kept = f" Finished tasks are kept in {run_dir}; run again to resume." if run_dir else ""
         fail(f"Interrupted.{kept}", EXIT_INTERRUPTED)

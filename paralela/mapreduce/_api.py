@@ -112,13 +112,48 @@ def default_memory_limit(workers: int) -> int:
     return max(MIN_MEMORY_LIMIT, share)
 
 
+def _commands(
+    mapper: Any, reducer: Any, combiner: Any, batched: Any, engine: str
+) -> tuple[Any, Any, Any, Any]:
+    """The functions, with command lines (``str``) made into Hadoop Streaming commands
+    (see ``_streaming``): a mapper command maps whole batches of lines, a combiner
+    command runs on each batch's output, a reducer command reduces whole partitions.
+
+    Raises:
+        ConfigError: a command on Spark, a combiner command without a mapper command, a
+            command that cannot be split or whose program is not found.
+    """
+    if not any(isinstance(fn, str) for fn in (mapper, reducer, combiner)):
+        return mapper, reducer, combiner, batched
+    if engine == "spark":
+        raise ConfigError(
+            "Commands as mapper, combiner or reducer run on the local engine; on Spark, "
+            "give Python functions."
+        )
+    from paralela.mapreduce._streaming import Command, CommandMapper, CommandReducer
+
+    if isinstance(combiner, str) and not isinstance(mapper, str):
+        raise ConfigError(
+            "A combiner command runs on a mapper command's output; with a Python mapper, "
+            "give the combiner as a function combiner(key, values)."
+        )
+    if isinstance(mapper, str):
+        command_combiner = None
+        if isinstance(combiner, str):
+            command_combiner, combiner = Command(combiner, "combiner"), None
+        mapper, batched = CommandMapper(Command(mapper, "mapper"), command_combiner), True
+    if isinstance(reducer, str):
+        reducer = CommandReducer(Command(reducer, "reducer"))
+    return mapper, reducer, combiner, batched
+
+
 def _check_function(name: str, fn: Any, optional: bool = False) -> None:
     if fn is None and optional:
         return
     if not callable(fn):
         raise ConfigError(
-            f"{name} must be a function, got {type(fn).__name__}; see docs/mapreduce.md "
-            "for what it takes and returns."
+            f"{name} must be a function (or a command line, a str), got "
+            f"{type(fn).__name__}; see docs/mapreduce.md for what it takes and returns."
         )
 
 
@@ -131,11 +166,11 @@ def _check_partitions(partitions: Any) -> int | None:
 
 
 def mapreduce(
-    mapper: Callable[[Any], Any],
-    reducer: Callable[[Any, Iterator[Any]], Any],
+    mapper: Callable[[Any], Any] | str,
+    reducer: Callable[[Any, Iterator[Any]], Any] | str,
     inputs: Any,
     *,
-    combiner: Callable[[Any, Iterator[Any]], Any] | None = None,
+    combiner: Callable[[Any, Iterator[Any]], Any] | str | None = None,
     partitions: int | None = None,
     engine: str = "local",
     workers: int | Any | None = UNSET,
@@ -166,7 +201,9 @@ def mapreduce(
             iterable input. Keys must be hashable and picklable; keys equal under
             ``==`` are one key (``1``, ``1.0``, ``True``), and types may be mixed.
             The first record decides how results are read: a mapping first means
-            mappings (their items) from every record.
+            mappings (their items) from every record. A ``str`` is a command line
+            run as Hadoop Streaming runs its mapper (lines on stdin, ``key<TAB>value``
+            lines out); so for ``reducer`` and ``combiner`` (docs/mapreduce.md).
         reducer: ``reducer(key, values)`` returns the value for ``key``; ``values`` is
             an iterator, streamed from the spill files (never all in memory).
         inputs: a path, glob (``"corpus/*.txt"``), directory, a list of those, or any
@@ -190,7 +227,8 @@ def mapreduce(
             the end (without ``output``, when the result is garbage-collected).
         output: a directory for the result as ``part-NNNNN.jsonl`` (or ``.parquet``)
             files and a ``_SUCCESS`` manifest, each written atomically.
-        output_format: ``"jsonl"`` or ``"parquet"``, for ``output``.
+        output_format: ``"jsonl"``, ``"parquet"`` or ``"text"`` (``key<TAB>value``
+            lines), for ``output``.
         input_format: ``"text"``, ``"jsonl"``, ``"csv"`` or ``"parquet"``; default from
             each file's extension.
         encoding: of text, JSONL and CSV inputs (invalid bytes are an error).
@@ -226,6 +264,7 @@ def mapreduce(
     a ``run_dir`` keeps every finished task for the next run.
     """
     started = time.perf_counter()
+    mapper, reducer, combiner, batched = _commands(mapper, reducer, combiner, batched, engine)
     _check_function("mapper", mapper)
     _check_function("reducer", reducer)
     _check_function("combiner", combiner, optional=True)

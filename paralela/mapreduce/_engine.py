@@ -107,12 +107,22 @@ def identity_of(job: LocalJob, input_identity: str) -> dict[str, str]:
     output = "none" if job.output is None else f"{job.output_format}:{job.output.resolve()}"
     return {
         "inputs": input_identity,
-        "mapper": fingerprint_function(job.mapper) + (" (batched)" if job.batched else ""),
-        "combiner": "none" if job.combiner is None else fingerprint_function(job.combiner),
-        "reducer": fingerprint_function(job.reducer),
+        "mapper": _function_identity(job.mapper) + (" (batched)" if job.batched else ""),
+        "combiner": "none" if job.combiner is None else _function_identity(job.combiner),
+        "reducer": _function_identity(job.reducer),
         "partitions": str(job.partitions),
         "output": output,
     }
+
+
+def _function_identity(fn: Any) -> str:
+    """A function's fingerprint; a command's (``_streaming``) own identity: its command
+    line and the contents of the scripts it names."""
+    from paralela.mapreduce._streaming import CommandMapper, CommandReducer
+
+    if isinstance(fn, (CommandMapper, CommandReducer)):
+        return fn.identity()
+    return fingerprint_function(fn)
 
 
 def open_run_dir(path: Path, identity: dict[str, str], describe: dict[str, Any]) -> RunStore:

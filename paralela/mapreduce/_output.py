@@ -17,6 +17,10 @@ Formats:
   naming the key.
 - ``parquet``: columns ``key`` and ``value`` (pyarrow infers their types from the first
   batch; later batches must fit that schema).
+- ``text``: one ``key<TAB>value`` line per pair (``str()`` of each; a ``None`` value
+  writes the key alone), as Hadoop's ``TextOutputFormat``: what a streaming job
+  (commands as mapper and reducer) writes. Read back as strings (a line without a
+  tab: the key, and ``None``). A key holding a tab or a line break is an error.
 """
 
 from __future__ import annotations
@@ -49,9 +53,9 @@ __all__ = [
 ]
 
 #: Output formats and the file extension of each.
-EXTENSIONS = {"pickle": "pkl", "jsonl": "jsonl", "parquet": "parquet"}
+EXTENSIONS = {"pickle": "pkl", "jsonl": "jsonl", "parquet": "parquet", "text": "txt"}
 #: Formats a user may ask for as ``output_format``.
-FORMATS = ("jsonl", "parquet")
+FORMATS = ("jsonl", "parquet", "text")
 SUCCESS_NAME = "_SUCCESS"
 # Pairs per pickled list (pickle stream) or per Parquet row batch: large enough that the
 # per-batch cost vanishes, small enough that a reader holds little.
@@ -94,6 +98,8 @@ def write_part(
             count = _write_jsonl(pairs, f)
         elif fmt == "parquet":
             count = _write_parquet(pairs, f)
+        elif fmt == "text":
+            count = _write_text(pairs, f)
         else:  # checked by the API before work starts
             raise ValueError(f"unknown output format {fmt!r}")
     return Part(partition, str(path), fmt, count, path.stat().st_size)
@@ -143,6 +149,25 @@ def _write_jsonl(pairs: Iterable[tuple[Any, Any]], f: BinaryIO) -> int:
             lines = []
     if lines:
         f.write(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+        count += len(lines)
+    return count
+
+
+def _write_text(pairs: Iterable[tuple[Any, Any]], f: BinaryIO) -> int:
+    count = 0
+    lines: list[str] = []
+    for key, value in pairs:
+        text = str(key)
+        if "\t" in text or "\n" in text or "\r" in text:
+            raise _not_writable(key, "key", "text", ValueError("a key holds a tab or a line break"))
+        value_text = "" if value is None else "\t" + str(value).replace("\n", " ")
+        lines.append(text + value_text)
+        if len(lines) >= _BATCH:
+            f.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+            count += len(lines)
+            lines = []
+    if lines:
+        f.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
         count += len(lines)
     return count
 
@@ -236,6 +261,11 @@ def read_part(part: Part) -> Iterator[tuple[Any, Any]]:
                 for line in f:
                     obj = json.loads(line)
                     yield obj["key"], obj["value"]
+        elif part.format == "text":
+            with open(part.path, encoding="utf-8", errors="surrogateescape", newline="\n") as t:
+                for text in t:
+                    key, tab, value = text.removesuffix("\n").partition("\t")
+                    yield key, (value if tab else None)
         else:
             pq = _pyarrow().parquet
             for batch in pq.ParquetFile(part.path).iter_batches():

@@ -449,10 +449,15 @@ def run_reduce_task(job: ReduceJob, task: ReduceTask) -> ReduceTaskResult:
         MapReduceError: a spill file is missing or the part file cannot be written.
     """
     from paralela.mapreduce._shuffle import reduce_partition
+    from paralela.mapreduce._streaming import CommandReducer, stream_reduce
 
     started = time.perf_counter()
     try:
-        pairs = reduce_partition(list(task.segments), job.reducer, combiner=job.combiner)
+        segments, combiner = list(task.segments), job.combiner
+        if isinstance(job.reducer, CommandReducer):  # a command reduces the whole partition
+            pairs: Any = stream_reduce(job.reducer, segments, combiner, task.partition)
+        else:
+            pairs = reduce_partition(segments, job.reducer, combiner=combiner)
         part = write_part(pairs, job.output_dir, task.partition, job.output_format)
     except UserFunctionError as exc:
         raise _failed(exc, exc.__cause__) from None
