@@ -24,7 +24,8 @@ Every error says what happened, what is allowed, and what to do::
 
 (``StageError`` and ``VerificationError`` live in ``paralela.staging``, next to the code
 that raises them, as ``SweepError`` in ``paralela.sweeping``, ``ScalingError`` in
-``paralela.scaling`` and the Slurm backend's ``SlurmCommandError`` in
+``paralela.scaling``, ``ModelError`` (a served or predicting model failed) in
+``paralela.serving`` and the Slurm backend's ``SlurmCommandError`` in
 ``paralela.backends.slurm``.)
 """
 

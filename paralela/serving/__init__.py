@@ -1,0 +1,6 @@
+"""Serving a trained model over HTTP (``paralela serve``) and batch prediction over files
+(``paralela predict``): the user's model class (``_model``), built once per worker."""
+
+from paralela.serving._model import LoadedModel, ModelError, check_model, model_name
+
+__all__ = ["LoadedModel", "ModelError", "check_model", "model_name"]
