@@ -65,6 +65,7 @@ if TYPE_CHECKING:
         load_scaling,
         measure,
     )
+    from paralela.serving._predict import PredictResult, predict
     from paralela.staging import StageError, StageResult, VerificationError, stage, verify_stage
     from paralela.sweeping import (
         Categorical,
@@ -133,6 +134,8 @@ _LAZY: dict[str, str] = {
     "expand_nodelist": "paralela.resources",
     "make_slots": "paralela.resources",
     "RunStore": "paralela.runs",
+    "predict": "paralela.serving._predict",
+    "PredictResult": "paralela.serving._predict",
     **dict.fromkeys(
         ("measure", "fit_amdahl", "fit_gustafson", "ScalingResult", "ScalingError", "load_scaling"),
         "paralela.scaling",
@@ -178,6 +181,9 @@ __all__ = [
     "mapreduce",
     "MapReduceResult",
     "MapReduceSummary",
+    # batch prediction with a model class
+    "predict",
+    "PredictResult",
     # hyperparameter sweeps
     "sweep",
     "report",

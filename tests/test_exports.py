@@ -40,6 +40,9 @@ EXPORTED = {
     "mapreduce",
     "MapReduceResult",
     "MapReduceSummary",
+    # batch prediction
+    "predict",
+    "PredictResult",
     # scaling analysis
     "measure",
     "fit_amdahl",

@@ -1,0 +1,183 @@
+"""``paralela.predict`` on this machine's worker processes: outputs equal a serial loop
+over the same batches, the model is set up once per worker, a killed worker's shard is
+run again, and failures name the model, the shard, its file and lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from predict_helpers import Marked, NotAModel, Raises, Short, marks, rows, serial
+
+import paralela
+from paralela.errors import ConfigError, InputError
+from paralela.serving import ModelError
+
+
+@pytest.fixture
+def marks_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "marks"
+    directory.mkdir()
+    monkeypatch.setenv("PREDICT_MARKS", str(directory))
+    return directory
+
+
+def write_jsonl(path: Path, records: list[Any]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for i, record in enumerate(records):
+            f.write(json.dumps(record) + "\n")
+            if i == 10:
+                f.write("\n")  # a blank line is no record
+
+
+def by_shard(found: list[dict[str, Any]]) -> list[list[Any]]:
+    """The inputs of each shard, in shard order; checks that rows count 0, 1, 2..."""
+    shards: dict[int, list[Any]] = {}
+    for row in found:
+        records = shards.setdefault(row["shard"], [])
+        assert row["row"] == len(records)
+        records.append(row["input"])
+    return [shards[s] for s in sorted(shards)]
+
+
+def test_jsonl_equals_a_serial_loop_and_sets_up_once_per_worker(
+    tmp_path: Path, marks_dir: Path
+) -> None:
+    records = [{"id": i, "x": i} for i in range(600)]
+    write_jsonl(tmp_path / "data.jsonl", records)
+    result = paralela.predict(
+        Marked,
+        str(tmp_path / "data.jsonl"),
+        output=tmp_path / "out",
+        batch_size=7,
+        workers=2,
+        split_bytes=2000,
+        progress=False,
+    )
+    found = rows(result.files)
+    shards = by_shard(found)
+    assert [r for shard in shards for r in shard] == records  # every record once, in order
+    assert [row["output"] for row in found] == serial(shards, 7, "cpu")
+    assert result.records == result.records_computed == 600
+    assert result.shards == len(result.files) == len(shards) >= 6
+    assert result.shards_reused == 0
+    assert result.devices == {"cpu": result.shards}  # no GPU here: the slots hide them
+    assert result.records_per_second > 0
+    success = json.loads((tmp_path / "out" / "_SUCCESS").read_text())
+    assert success["records"] == 600
+    assert [p["file"] for p in success["parts"]] == [Path(f).name for f in result.files]
+    # setup ran once in each worker process that predicted, not once per shard.
+    setups = marks(marks_dir, "setup")
+    predicting = {pid for pid, _ in marks(marks_dir, "batch")}
+    assert sorted(pid for pid, _ in setups) == sorted(predicting)
+    assert 1 <= len(setups) <= 2 < result.shards
+    assert {data["device"] for _, data in setups} == {"cpu"}
+
+
+def test_parquet_files_equal_a_serial_loop(tmp_path: Path, marks_dir: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    expected = []
+    for f in range(3):
+        part = [{"id": f * 1000 + i, "x": i - f} for i in range(200)]
+        expected.extend(part)
+        pq.write_table(pa.Table.from_pylist(part), tmp_path / f"in-{f}.parquet", row_group_size=40)
+    result = paralela.predict(
+        Marked,
+        str(tmp_path / "in-*.parquet"),
+        output=tmp_path / "out",
+        output_format="parquet",
+        batch_size=16,
+        workers=2,
+        split_bytes=600,
+        progress=False,
+    )
+    assert all(f.endswith(".parquet") for f in result.files)
+    found = rows(result.files)
+    shards = by_shard(found)
+    assert [r for shard in shards for r in shard] == expected
+    assert [row["output"] for row in found] == serial(shards, 16, "cpu")
+    assert result.shards > 3  # several shards per file (ranges of row groups)
+    assert len(marks(marks_dir, "setup")) <= 2
+
+
+def test_a_killed_worker_s_shard_is_run_again(
+    tmp_path: Path, marks_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PREDICT_DIED", str(tmp_path / "died"))
+    records: list[dict[str, Any]] = [{"id": i, "x": i} for i in range(300)]
+    records[150]["die"] = True
+    write_jsonl(tmp_path / "data.jsonl", records)
+    result = paralela.predict(
+        Marked, str(tmp_path / "data.jsonl"), output=tmp_path / "out", batch_size=10,
+        workers=2, split_bytes=1500, progress=False,
+    )  # fmt: skip
+    assert (tmp_path / "died").exists()  # a worker was killed...
+    assert result.retries == 1  # ...and its shard ran again, in full
+    found = rows(result.files)
+    shards = by_shard(found)
+    assert [r for shard in shards for r in shard] == records
+    assert [row["output"] for row in found] == serial(shards, 10, "cpu")
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+
+
+def test_sequential_backend_and_no_input_in_rows(tmp_path: Path) -> None:
+    (tmp_path / "lines.txt").write_text("a\nbb\n\nccc\n", encoding="utf-8")
+    result = paralela.predict(
+        Marked, str(tmp_path / "lines.txt"), output=tmp_path / "out", backend="sequential",
+        keep_input=False, batch_size=2, progress=False,
+    )  # fmt: skip
+    found = rows(result.files)
+    assert [set(r) for r in found] == [{"shard", "row", "output"}] * 4
+    assert [r["output"]["y"] for r in found] == [1, 2, 0, 3]
+    assert [r["output"]["n"] for r in found] == [2, 2, 2, 2]
+    assert result.devices == {"cpu": 1}
+
+
+def test_predict_raising_names_the_model_shard_file_and_lines(tmp_path: Path) -> None:
+    records: list[dict[str, Any]] = [{"id": i, "x": i} for i in range(100)]
+    records[57]["bad"] = True
+    write_jsonl(tmp_path / "data.jsonl", records)
+    with pytest.raises(ModelError) as caught:
+        paralela.predict(Raises, str(tmp_path / "data.jsonl"), output=tmp_path / "out",
+                         batch_size=10, workers=2, progress=False)  # fmt: skip
+    message = str(caught.value)
+    assert "predict_helpers:Raises.predict raised ValueError: cannot predict record 57" in message
+    # records 50-59 of the only shard; line 12 is blank, so record 50 is on line 52
+    assert "records 50-59 of shard 0" in message
+    assert "data.jsonl lines 52-61" in message
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_wrong_number_of_outputs_names_the_shard(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "data.jsonl", [{"id": i, "x": i} for i in range(30)])
+    with pytest.raises(ModelError, match=r"returned 7 outputs for a batch of 8") as caught:
+        paralela.predict(Short, str(tmp_path / "data.jsonl"), output=tmp_path / "out",
+                         batch_size=8, workers=2, progress=False)  # fmt: skip
+    assert "records 0-7 of shard 0" in str(caught.value)
+    assert "data.jsonl lines 1-8" in str(caught.value)
+
+
+def test_non_utf8_input_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.txt").write_bytes(b"fine\nalso fine\nnot \xff fine\n")
+    with pytest.raises(InputError, match=r"bad\.txt line 3: byte 0xff"):
+        paralela.predict(Marked, str(tmp_path / "bad.txt"), output=tmp_path / "out",
+                         workers=1, progress=False)  # fmt: skip
+
+
+def test_bad_class_and_options_fail_before_work(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "data.jsonl", [{"id": 1, "x": 1}])
+    data = str(tmp_path / "data.jsonl")
+    with pytest.raises(ConfigError, match="has no predict method"):
+        paralela.predict(NotAModel, data, output=tmp_path / "out")
+    with pytest.raises(ConfigError, match="batch_size must be a positive integer"):
+        paralela.predict(Marked, data, output=tmp_path / "out", batch_size=0)
+    with pytest.raises(ConfigError, match="not 'threads'"):
+        paralela.predict(Marked, data, output=tmp_path / "out", backend="threads")
+    with pytest.raises(ConfigError, match="output_format must be"):
+        paralela.predict(Marked, data, output=tmp_path / "out", output_format="csv")
+    assert not (tmp_path / "out").exists()

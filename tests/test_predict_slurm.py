@@ -1,0 +1,97 @@
+"""``paralela.predict(..., backend="slurm")`` on the real local Slurm cluster: shards run
+in array tasks that build the model once per worker and end when their shards are done;
+running again with the run directory submits nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from predict_helpers import Marked, marks, rows, serial
+
+import paralela
+
+
+@pytest.mark.slurm
+def test_predict_on_slurm_equals_a_serial_loop_and_resumes(
+    slurm_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marks_dir = tmp_path / "marks"
+    marks_dir.mkdir()
+    monkeypatch.setenv("PREDICT_MARKS", str(marks_dir))
+    records = [{"id": i, "x": i} for i in range(400)]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    job: dict[str, Any] = {
+        "output": tmp_path / "out",
+        "run_dir": tmp_path / "run",
+        "batch_size": 9,
+        "split_bytes": 1500,
+        "backend": "slurm",
+        "backend_options": {
+            "slurm_partition": slurm_cluster,
+            "slurm_job_dir": str(tmp_path / "jobs"),
+            "cpus_per_task": 1,
+            "timeout_min": 5,
+            "max_jobs": 2,
+        },
+        "progress": False,
+    }
+    result = paralela.predict(Marked, str(tmp_path / "data.jsonl"), **job)
+    found = rows(result.files)
+    shards: dict[int, list[Any]] = {}
+    for row in found:
+        shards.setdefault(row["shard"], []).append(row["input"])
+    by_shard = [shards[s] for s in sorted(shards)]
+    assert [r for shard in by_shard for r in shard] == records
+    assert [row["output"] for row in found] == serial(by_shard, 9, "cpu")
+    assert result.shards > 2  # several shards, packed into at most 2 array tasks
+    assert result.devices == {"cpu": result.shards}  # the tasks were given no GPU
+    assert len(list((tmp_path / "jobs").iterdir())) == 1  # one array job
+    # Each array task (a worker: one CPU, so the task's own process) set the model up once.
+    setups = marks(marks_dir, "setup")
+    assert len(setups) <= 2 < result.shards
+    assert {pid for pid, _ in setups} == {pid for pid, _ in marks(marks_dir, "batch")}
+    # Running again reads every shard back from the run directory, submitting nothing.
+    again = paralela.predict(Marked, str(tmp_path / "data.jsonl"), **job)
+    assert again.shards_reused == again.shards == result.shards
+    assert again.records == 400
+    assert len(list((tmp_path / "jobs").iterdir())) == 1
+    assert rows(again.files) == found
+
+
+@pytest.mark.slurm
+def test_a_task_given_gpus_sets_up_one_model_per_gpu_on_cuda_0(
+    slurm_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marks_dir = tmp_path / "marks"
+    marks_dir.mkdir()
+    monkeypatch.setenv("PREDICT_MARKS", str(marks_dir))
+    records = [{"id": i, "x": i} for i in range(300)]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    options = {
+        "slurm_partition": slurm_cluster,
+        "slurm_job_dir": str(tmp_path / "jobs"),
+        "cpus_per_task": 2,
+        "gpus_per_task": 2,
+        "timeout_min": 5,
+        "max_jobs": 2,
+    }
+    result = paralela.predict(Marked, str(tmp_path / "data.jsonl"), output=tmp_path / "out",
+                              batch_size=8, split_bytes=800, backend="slurm",
+                              backend_options=options, progress=False)  # fmt: skip
+    found = rows(result.files)
+    assert [row["input"] for row in found] == records
+    assert {row["output"]["device"] for row in found} == {"cuda:0"}
+    # Each array task ran one worker per granted GPU, each seeing only its own GPU and
+    # setting its model up once, on cuda:0 (the one GPU it sees).
+    setups = marks(marks_dir, "setup")
+    assert {data["device"] for _, data in setups} == {"cuda:0"}
+    by_task: dict[str, list[str]] = {}
+    for _, data in setups:
+        assert data["visible"]
+        assert "," not in data["visible"]
+        by_task.setdefault(data["task"], []).append(data["visible"])
+    assert all(len(set(gpus)) == len(gpus) for gpus in by_task.values())
+    assert len({pid for pid, _ in setups}) == len(setups)
