@@ -5,6 +5,7 @@ run again, and failures name the model, the shard, its file and lines."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,7 @@ def test_predict_raising_names_the_model_shard_file_and_lines(tmp_path: Path) ->
     assert "data.jsonl lines 52-61" in message
     assert isinstance(caught.value.__cause__, ValueError)
     assert not (tmp_path / "out" / "_SUCCESS").exists()
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
 
 
 def test_wrong_number_of_outputs_names_the_shard(tmp_path: Path) -> None:
@@ -181,3 +183,33 @@ def test_bad_class_and_options_fail_before_work(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="output_format must be"):
         paralela.predict(Marked, data, output=tmp_path / "out", output_format="csv")
     assert not (tmp_path / "out").exists()
+
+
+def test_records_in_memory_and_worker_devices(tmp_path: Path) -> None:
+    from paralela.serving._predict_task import worker_device
+
+    records = [{"id": i, "x": -i} for i in range(55)]
+    result = paralela.predict(Marked, records, output=tmp_path / "out", records_per_split=10,
+                              batch_size=4, workers=2, progress=False)  # fmt: skip
+    assert result.shards == 6
+    found = rows(result.files)
+    assert [row["input"] for row in found] == records
+    assert [row["output"] for row in found] == serial(by_shard(found), 4, "cpu")
+    # The device a worker's model is set up on follows its CUDA_VISIBLE_DEVICES.
+    assert worker_device({"CUDA_VISIBLE_DEVICES": ""}) == "cpu"
+    assert worker_device({"CUDA_VISIBLE_DEVICES": "-1"}) == "cpu"
+    assert worker_device({"CUDA_VISIBLE_DEVICES": "GPU-5e3b0c1a"}) == "cuda:0"
+    assert worker_device({"CUDA_VISIBLE_DEVICES": "1,2"}) == "cuda:0"
+    assert worker_device({"SLURM_JOB_ID": "7"}) == "cpu"  # a job given no GPU
+    visible = "cuda:0" if paralela.detect().gpus else "cpu"  # unset, outside Slurm
+    assert worker_device({"PATH": os.environ.get("PATH", "")}) == visible
+
+
+def test_gpus_naming_a_gpu_that_is_not_visible_is_a_config_error(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "data.jsonl", [{"id": 1, "x": 1}])
+    with pytest.raises(ConfigError, match="GPU '99' in gpus='99' is not visible"):
+        paralela.predict(Marked, str(tmp_path / "data.jsonl"), output=tmp_path / "out",
+                         gpus="99")  # fmt: skip
+    with pytest.raises(ConfigError, match="gpus= and workers_per_gpu= choose this machine"):
+        paralela.predict(Marked, str(tmp_path / "data.jsonl"), output=tmp_path / "out",
+                         gpus="0", backend="sequential")  # fmt: skip

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from predict_helpers import Marked, marks, rows, serial
+from predict_helpers import Marked, Raises, marks, rows, serial
 
 import paralela
+from paralela.serving import ModelError
 
 
 @pytest.mark.slurm
@@ -95,3 +96,23 @@ def test_a_task_given_gpus_sets_up_one_model_per_gpu_on_cuda_0(
         by_task.setdefault(data["task"], []).append(data["visible"])
     assert all(len(set(gpus)) == len(gpus) for gpus in by_task.values())
     assert len({pid for pid, _ in setups}) == len(setups)
+
+
+@pytest.mark.slurm
+def test_a_raising_model_in_an_array_task_names_the_shard(
+    slurm_cluster: str, tmp_path: Path
+) -> None:
+    records: list[dict[str, Any]] = [{"id": i, "x": i} for i in range(40)]
+    records[21]["bad"] = True
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    options = {"slurm_partition": slurm_cluster, "slurm_job_dir": str(tmp_path / "jobs"),
+               "cpus_per_task": 1, "timeout_min": 5, "max_jobs": 2}  # fmt: skip
+    with pytest.raises(ModelError) as caught:
+        paralela.predict(Raises, str(tmp_path / "data.jsonl"), output=tmp_path / "out",
+                         batch_size=5, backend="slurm", backend_options=options,
+                         progress=False)  # fmt: skip
+    message = str(caught.value)
+    assert "Raises.predict raised ValueError: cannot predict record 21" in message
+    assert "records 20-24 of shard 0 (" in message
+    assert "data.jsonl lines 21-25)" in message
+    assert isinstance(caught.value.__cause__, ValueError)

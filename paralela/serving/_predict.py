@@ -221,8 +221,12 @@ def predict(
         )
         results: list[ShardResult] = []
         try:
-            for shard in iterator:
-                results.append(shard)
+            try:
+                for shard in iterator:
+                    results.append(shard)
+            except BaseException:  # the shards in flight were stopped on the way out
+                remove_temporaries(out)  # parts whose writing was cut short
+                raise
         except ShardFailed as failed:
             raise failed.reraise()  # noqa: B904  (its cause is the user's exception)
         except WorkerDiedError as died:
@@ -232,9 +236,6 @@ def predict(
                 "time it ran it. Look for a record that needs more memory than a worker has, "
                 "or lower batch_size.",
             )
-            raise
-        except BaseException:
-            remove_temporaries(out)  # parts whose writing was cut short
             raise
         return _finish(out, job, name, results, iterator.summary, effective, started)
     finally:
