@@ -149,3 +149,13 @@ def serial(records_by_shard: list[list[Any]], batch_size: int, device: str) -> l
         if kept is not None:
             os.environ["PREDICT_MARKS"] = kept
     return outputs
+
+
+class Unwritable:
+    """Returns a set (which JSON cannot hold) for a record with ``"set": true``, and a
+    string instead of a number for one with ``"text": true``."""
+
+    def predict(self, batch: list[Any]) -> list[Any]:
+        return [
+            {r["id"]} if r.get("set") else str(r["id"]) if r.get("text") else r["id"] for r in batch
+        ]

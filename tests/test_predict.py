@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from predict_helpers import Marked, NotAModel, Raises, Short, marks, rows, serial
+from predict_helpers import Marked, NotAModel, Raises, Short, Unwritable, marks, rows, serial
 
 import paralela
 from paralela.errors import ConfigError, InputError
@@ -213,3 +213,21 @@ def test_gpus_naming_a_gpu_that_is_not_visible_is_a_config_error(tmp_path: Path)
     with pytest.raises(ConfigError, match="gpus= and workers_per_gpu= choose this machine"):
         paralela.predict(Marked, str(tmp_path / "data.jsonl"), output=tmp_path / "out",
                          gpus="0", backend="sequential")  # fmt: skip
+
+
+def test_outputs_the_format_cannot_hold_name_the_record(tmp_path: Path) -> None:
+    records: list[dict[str, Any]] = [{"id": i, "x": i} for i in range(30)]
+    records[7]["set"] = True
+    write_jsonl(tmp_path / "a.jsonl", records)
+    with pytest.raises(ModelError) as caught:
+        paralela.predict(Unwritable, str(tmp_path / "a.jsonl"), output=tmp_path / "out",
+                         batch_size=4, workers=1, progress=False)  # fmt: skip
+    assert "Unwritable.predict returned {7} for record 7 of shard 0 (" in str(caught.value)
+    assert "a.jsonl line 8); JSON cannot hold it" in str(caught.value)
+    records[7] = {"id": 7, "x": 7, "text": True}
+    write_jsonl(tmp_path / "b.jsonl", records)
+    with pytest.raises(ModelError, match=r"records 0-29 of shard 0 \(.*b\.jsonl lines 1-31\) "
+                       "cannot be written as Parquet"):  # fmt: skip
+        paralela.predict(Unwritable, str(tmp_path / "b.jsonl"), output=tmp_path / "out2",
+                         output_format="parquet", workers=1, progress=False)  # fmt: skip
+    assert list((tmp_path / "out2").iterdir()) == []  # no part, no temporary file

@@ -5,6 +5,9 @@ running again with the run directory submits nothing."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +119,79 @@ def test_a_raising_model_in_an_array_task_names_the_shard(
     assert "records 20-24 of shard 0 (" in message
     assert "data.jsonl lines 21-25)" in message
     assert isinstance(caught.value.__cause__, ValueError)
+
+
+GPU_DRIVER = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import paralela
+from predict_helpers import Marked
+result = paralela.predict(Marked, {data!r}, output={output!r}, batch_size=5, split_bytes=600,
+                          workers_per_gpu={per_gpu}, progress=False)
+print(json.dumps({{"devices": result.devices, "workers": result.workers}}))
+"""
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("per_gpu", [1, 2])
+def test_local_workers_are_pinned_one_per_gpu_slot_of_an_allocation(
+    slurm_cluster: str, tmp_path: Path, per_gpu: int
+) -> None:
+    """The processes backend on a machine with GPUs (here: inside an allocation of the
+    local cluster's two GPUs): each worker is pinned to its slot's GPU before it starts,
+    sees only that GPU, and its model is set up on cuda:0."""
+    marks_dir = tmp_path / "marks"
+    marks_dir.mkdir()
+    records = [{"id": i, "x": i} for i in range(200)]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    script = GPU_DRIVER.format(tests=str(Path(__file__).parent), data=str(tmp_path / "data.jsonl"),
+                               output=str(tmp_path / "out"), per_gpu=per_gpu)  # fmt: skip
+    proc = subprocess.run(
+        ["srun", "-p", slurm_cluster, "-N1", "-n1", "-c2", "--gpus=2", "--time=5",
+         sys.executable, "-c", script],
+        capture_output=True, text=True, timeout=90, cwd=tmp_path,
+        env={**os.environ, "PREDICT_MARKS": str(marks_dir)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.splitlines()[-1])
+    assert summary["workers"] == 2 * per_gpu
+    assert list(summary["devices"]) == ["cuda:0"]
+    found = rows(sorted(str(p) for p in (tmp_path / "out").glob("part-*.jsonl")))
+    assert [row["input"] for row in found] == records
+    assert {row["output"]["device"] for row in found} == {"cuda:0"}
+    setups = marks(marks_dir, "setup")
+    assert {data["device"] for _, data in setups} == {"cuda:0"}
+    by_gpu: dict[str, set[int]] = {}
+    for pid, data in setups:
+        by_gpu.setdefault(data["visible"], set()).add(pid)
+    assert set(by_gpu) <= {"0", "1"}  # each worker sees exactly one of the two GPUs
+    assert all(len(pids) <= per_gpu for pids in by_gpu.values())
+    assert len(setups) == len({pid for pid, _ in setups}) <= 2 * per_gpu
+
+
+@pytest.mark.slurm
+def test_the_cli_with_backend_slurm(slurm_cluster: str, tmp_path: Path) -> None:
+    (tmp_path / "models.py").write_text(
+        "class Square:\n"
+        "    def setup(self, device):\n"
+        "        self.device = device\n"
+        "    def predict(self, batch):\n"
+        "        return [r['x'] ** 2 for r in batch]\n"
+    )
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"x": i}) + "\n" for i in range(90)))
+    args = ["models:Square", "--input", "data.jsonl", "--output", "out", "--backend", "slurm",
+            "--option", f"slurm_partition={slurm_cluster}", "--option", "slurm_job_dir=jobs",
+            "--option", "cpus_per_task=1", "--option", "max_jobs=2", "--run-dir", "run",
+            "--split-bytes", "300", "--no-progress"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "paralela", "predict", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    found = rows(sorted(str(p) for p in (tmp_path / "out").glob("part-*.jsonl")))
+    assert [(row["input"]["x"], row["output"]) for row in found] == [(i, i * i) for i in range(90)]
+    assert "paralela predict: 90 records in" in proc.stderr
+    assert len(list((tmp_path / "jobs").iterdir())) == 1  # one array job
+    again = subprocess.run([sys.executable, "-m", "paralela", "predict", *args], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "reused" in again.stderr
+    assert len(list((tmp_path / "jobs").iterdir())) == 1  # nothing submitted again

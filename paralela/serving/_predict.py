@@ -30,7 +30,13 @@ from typing import Any
 
 from paralela._config import UNSET, resolve
 from paralela.backends import Backend
-from paralela.errors import ConfigError, FingerprintMismatchError, WorkerDiedError, add_note
+from paralela.errors import (
+    ConfigError,
+    FingerprintMismatchError,
+    RunStoreError,
+    WorkerDiedError,
+    add_note,
+)
 from paralela.serving._model import check_model, model_name
 from paralela.serving._predict_output import FORMATS
 from paralela.serving._predict_task import PredictJob, ShardFailed, ShardResult, predict_shard
@@ -375,7 +381,6 @@ def _finish(
     started: float,
 ) -> PredictResult:
     from paralela.mapreduce._output import remove_stale_parts, remove_temporaries
-    from paralela.serving._model import ModelError
     from paralela.serving._predict_output import type_empty_parts, write_success
 
     fmt = job.fmt
@@ -383,7 +388,7 @@ def _finish(
     results.sort(key=lambda r: r.shard)
     for r in results:
         if not os.path.exists(r.path):
-            raise ModelError(
+            raise RunStoreError(
                 f"The part file {r.path} of shard {r.shard} is gone, though the run "
                 "directory records it as written. Delete the run directory and run again."
             )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -56,12 +56,22 @@ def plain(value: Any) -> Any:
 class ShardWriter:
     """Writes one shard's rows to an open (temporary) file, in ``fmt``.
 
-    ``add`` raises :class:`ModelError` when an output cannot be written in the format
-    (JSON cannot hold it, or it does not fit the Parquet column's type); ``where`` names
-    the record for that message.
+    ``add`` and ``close`` raise :class:`ModelError` when an output cannot be written in
+    the format (JSON cannot hold it, or it does not fit the Parquet column's type);
+    ``where(first, last)`` says where the shard's records ``first..last`` come from, for
+    that message.
     """
 
-    def __init__(self, f: BinaryIO, fmt: str, shard: int, keep_input: bool, model: str) -> None:
+    def __init__(
+        self,
+        f: BinaryIO,
+        fmt: str,
+        shard: int,
+        keep_input: bool,
+        model: str,
+        where: Callable[[int, int], str],
+    ) -> None:
+        self.where = where
         self.f = f
         self.fmt = fmt
         self.shard = shard
@@ -76,15 +86,15 @@ class ShardWriter:
         self._writer: Any = None
         self._pa: Any = None
 
-    def add(self, inputs: Sequence[Any], outputs: Sequence[Any], where: Any) -> None:
-        """Write a batch's rows (``where()`` describes the batch, for errors)."""
+    def add(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        """Write a batch's rows."""
         if self.fmt == "jsonl":
-            self._add_jsonl(inputs, outputs, where)
+            self._add_jsonl(inputs, outputs)
         else:
-            self._add_parquet(inputs, outputs, where)
+            self._add_parquet(inputs, outputs)
         self.rows += len(inputs)
 
-    def _add_jsonl(self, inputs: Sequence[Any], outputs: Sequence[Any], where: Any) -> None:
+    def _add_jsonl(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         lines = []
         row = self.rows
         for record, output in zip(inputs, outputs, strict=True):
@@ -96,14 +106,14 @@ class ShardWriter:
                 lines.append(self._encode(obj))
             except (TypeError, ValueError) as exc:
                 raise ModelError(
-                    f"{self.model}.predict returned {short_repr(output)} for row {row} of "
-                    f"{where()}; JSON cannot hold it ({exc}). Return numbers, strings, "
-                    "lists, dicts or arrays."
+                    f"{self.model}.predict returned {short_repr(output)} for "
+                    f"{self.where(row, row)}; JSON cannot hold it ({exc}). Return numbers, "
+                    "strings, lists, dicts or arrays."
                 ) from exc
             row += 1
         self.f.write(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
 
-    def _add_parquet(self, inputs: Sequence[Any], outputs: Sequence[Any], where: Any) -> None:
+    def _add_parquet(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         columns = self._columns
         start = self.rows
         columns["shard"].extend([self.shard] * len(inputs))
@@ -112,13 +122,13 @@ class ShardWriter:
             columns["input"].extend(inputs)
         columns["output"].extend(plain(o) for o in outputs)
         if len(columns["row"]) >= _PARQUET_ROWS:
-            self._flush(where)
+            self._flush()
 
-    def _flush(self, where: Any) -> None:
+    def _flush(self) -> None:
         pa = self._pa or _pyarrow()
         self._pa = pa
         columns = self._columns
-        first = columns["row"][0]
+        first, last = columns["row"][0], columns["row"][-1]
         try:
             if self._writer is None:
                 table = pa.table(columns)
@@ -127,21 +137,21 @@ class ShardWriter:
                 table = pa.Table.from_pydict(columns, self._writer.schema)
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise ModelError(
-                f"The rows from row {first} of {where()} cannot be written as Parquet "
-                f"({type(exc).__name__}: {exc}). Every output of a shard must have one "
-                "type (the first rows' type); return uniform outputs, or use "
-                "output_format='jsonl'."
+                f"The outputs of {self.model}.predict for {self.where(first, last)} cannot "
+                f"be written as Parquet ({type(exc).__name__}: {exc}). Every output of a "
+                "shard must have one type (its first rows' type), and every input too; "
+                "return uniform outputs, or use output_format='jsonl'."
             ) from exc
         self._writer.write_table(table)
         for values in columns.values():
             values.clear()
 
-    def close(self, where: Any) -> None:
+    def close(self) -> None:
         """Finish the file (Parquet: the last rows and the footer)."""
         if self.fmt != "parquet":
             return
         if self._columns["row"]:
-            self._flush(where)
+            self._flush()
         if self._writer is None:  # an empty shard: its columns, typed null
             pa = _pyarrow()
             names = list(self._columns)

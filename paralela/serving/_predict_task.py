@@ -182,8 +182,8 @@ def batches(blocks: Iterable[list[Any]], size: int) -> Iterator[list[Any]]:
 
 
 def describe_records(split: Split, first: int, last: int) -> str:
-    """``"shard 3 (data/a.jsonl lines 12-19)"``: where records ``first..last`` of a
-    shard come from (re-reads the shard: for error messages only)."""
+    """``"records 8-15 of shard 3 (data/a.jsonl lines 12-19)"``: where records
+    ``first..last`` of a shard come from (re-reads the shard: for error messages only)."""
     start, end = locate(split, first), locate(split, last)
     head, sep, line = start.rpartition(" line ")
     head_end, sep_end, line_end = end.rpartition(" line ")
@@ -191,7 +191,8 @@ def describe_records(split: Split, first: int, last: int) -> str:
         where = f"{head} line {line}" if line == line_end else f"{head} lines {line}-{line_end}"
     else:
         where = start if start == end else f"{start} to {end}"
-    return f"records {first}-{last} of shard {split.index} ({where})"
+    records = f"record {first}" if first == last else f"records {first}-{last}"
+    return f"{records} of shard {split.index} ({where})"
 
 
 def _failed(error: ParalelaError, cause: BaseException | None) -> ShardFailed:
@@ -223,23 +224,25 @@ def predict_shard(job: PredictJob, split: Split) -> ShardResult:
         ) from None
     path = part_path(job.output, split.index, job.fmt)
     records = 0
-    batch: list[Any] = []
 
-    def where() -> str:
-        return describe_records(split, records, records + max(len(batch), 1) - 1)
+    def where(first: int, last: int) -> str:
+        return describe_records(split, first, last)
 
     try:
         with replacing(path) as f:
-            writer = ShardWriter(f, job.fmt, split.index, job.keep_input, model.name)
+            writer = ShardWriter(f, job.fmt, split.index, job.keep_input, model.name, where)
             for batch in batches(read_split_batches(split), job.batch_size):
-                outputs = model.predict(batch)
-                writer.add(batch, outputs, where)
+                try:
+                    outputs = model.predict(batch)
+                except ModelError as exc:
+                    at = where(records, records + len(batch) - 1)
+                    message = f"{str(exc).rstrip('.')}; the batch was {at}."
+                    raise _failed(ModelError(message), exc.__cause__) from None
+                writer.add(batch, outputs)
                 records += len(batch)
-            batch = []
-            writer.close(where)
-    except ModelError as exc:
-        message = f"{str(exc).rstrip('.')}; the batch was {where()}."
-        raise _failed(ModelError(message), exc.__cause__) from None
+            writer.close()
+    except ModelError as exc:  # an output the format cannot hold
+        raise _failed(exc, exc.__cause__) from None
     except InputError as exc:
         raise _failed(exc, None) from None
     return ShardResult(
