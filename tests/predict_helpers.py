@@ -41,6 +41,14 @@ def record_id(record: Any) -> Any:
     return record["id"] if isinstance(record, dict) else record
 
 
+def _value(record: Any) -> int:
+    """``x`` squared (JSON, Parquet), the length of ``x`` (CSV: a string) or of a line."""
+    if not isinstance(record, dict):
+        return len(record)
+    x = record["x"]
+    return x * x if isinstance(x, int) else len(x)
+
+
 class Marked:
     """Squares ``x`` (or measures a line); each output says its batch's size and first id,
     so that outputs show how the records were batched."""
@@ -72,7 +80,7 @@ class Marked:
         first = record_id(batch[0])
         return [
             {
-                "y": r["x"] * r["x"] if isinstance(r, dict) else len(r),
+                "y": _value(r),
                 "n": len(batch),
                 "first": first,
                 "device": self.device,

@@ -231,3 +231,17 @@ def test_outputs_the_format_cannot_hold_name_the_record(tmp_path: Path) -> None:
         paralela.predict(Unwritable, str(tmp_path / "b.jsonl"), output=tmp_path / "out2",
                          output_format="parquet", workers=1, progress=False)  # fmt: skip
     assert list((tmp_path / "out2").iterdir()) == []  # no part, no temporary file
+
+
+def test_csv_rows_and_a_quoted_line_break_with_one_shard_per_file(tmp_path: Path) -> None:
+    (tmp_path / "rows.csv").write_text('id,x\n1,2\n2,"3\n4"\n3,5\n', encoding="utf-8")
+    result = paralela.predict(Marked, str(tmp_path / "rows.csv"),
+                              output=tmp_path / "out", split_bytes=0, batch_size=2,
+                              workers=1, progress=False)  # fmt: skip
+    found = rows(result.files)
+    assert [row["input"] for row in found] == [
+        {"id": "1", "x": "2"}, {"id": "2", "x": "3\n4"}, {"id": "3", "x": "5"},
+    ]  # fmt: skip
+    assert [row["output"]["n"] for row in found] == [2, 2, 1]
+    assert [row["output"]["first"] for row in found] == ["1", "1", "3"]
+    assert [row["output"]["y"] for row in found] == [1, 3, 1]  # CSV fields are strings

@@ -147,7 +147,8 @@ def predict(
         gpus: the GPUs to use (``"0,2"``), or ``"none"`` for CPUs only; default all
             visible. Processes backend only.
         workers_per_gpu: workers sharing each GPU (small models).
-        split_bytes: the most bytes of a file per shard (int or ``"16MB"``).
+        split_bytes: the most bytes of a file per shard (int or ``"16MB"``); ``0``:
+            one shard per file.
         records_per_split: records of an iterable input per shard.
         encoding: of text, JSONL and CSV inputs.
         retries: times a shard is run again when its worker dies (default 2).
@@ -177,7 +178,8 @@ def predict(
     check_model(model)
     name = model_name(model)
     _check_options(batch_size, output_format, keep_input, workers_per_gpu)
-    split_size = parse_size(split_bytes, "split_bytes")
+    # 0: one shard per file (what a CSV file with quoted line breaks needs)
+    split_size = 0 if split_bytes in (0, "0") else parse_size(split_bytes, "split_bytes")
     backend_name = resolve("backend", backend, "processes")
     if backend_name not in BACKENDS:
         raise ConfigError(
