@@ -18,6 +18,8 @@ import time
 import uuid
 from typing import Any
 
+import pydantic
+
 
 def _mark(name: str, data: Any) -> None:
     marks = os.environ.get("PREDICT_MARKS")
@@ -167,3 +169,22 @@ class Unwritable:
         return [
             {r["id"]} if r.get("set") else str(r["id"]) if r.get("text") else r["id"] for r in batch
         ]
+
+
+class Item(pydantic.BaseModel):
+    id: int
+    x: int
+
+
+class Square(pydantic.BaseModel):
+    y: int
+
+
+class Typed:
+    """A model with pydantic input and output models, as ``paralela serve`` takes."""
+
+    input_model = Item
+    output_model = Square
+
+    def predict(self, batch: list[Item]) -> list[Square]:
+        return [Square(y=item.x * item.x) for item in batch]

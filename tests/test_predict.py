@@ -10,7 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from predict_helpers import Marked, NotAModel, Raises, Short, Unwritable, marks, rows, serial
+from predict_helpers import (
+    Marked,
+    NotAModel,
+    Raises,
+    Short,
+    Typed,
+    Unwritable,
+    marks,
+    rows,
+    serial,
+)
 
 import paralela
 from paralela.errors import ConfigError, InputError
@@ -245,3 +255,22 @@ def test_csv_rows_and_a_quoted_line_break_with_one_shard_per_file(tmp_path: Path
     assert [row["output"]["n"] for row in found] == [2, 2, 1]
     assert [row["output"]["first"] for row in found] == ["1", "1", "3"]
     assert [row["output"]["y"] for row in found] == [1, 3, 1]  # CSV fields are strings
+
+
+def test_input_and_output_models_as_serve_takes_them(tmp_path: Path) -> None:
+    records: list[dict[str, Any]] = [{"id": i, "x": i} for i in range(20)]
+    write_jsonl(tmp_path / "data.jsonl", records)
+    result = paralela.predict(Typed, str(tmp_path / "data.jsonl"), output=tmp_path / "out",
+                              batch_size=6, workers=2, progress=False)  # fmt: skip
+    found = rows(result.files)
+    assert [row["input"] for row in found] == records  # the records as read
+    assert [row["output"] for row in found] == [{"y": i * i} for i in range(20)]
+    records[14]["x"] = "fourteen"
+    write_jsonl(tmp_path / "bad.jsonl", records)
+    with pytest.raises(InputError) as caught:
+        paralela.predict(Typed, str(tmp_path / "bad.jsonl"), output=tmp_path / "out2",
+                         batch_size=6, workers=2, progress=False)  # fmt: skip
+    message = str(caught.value)
+    assert "record 14 of shard 0 (" in message
+    assert "bad.jsonl line 16): the record does not fit the model's input_model Item" in message
+    assert "x: Input should be a valid integer" in message

@@ -87,11 +87,12 @@ class PredictResult:
 
     def __str__(self) -> str:
         reused = f" ({self.shards_reused} reused)" if self.shards_reused else ""
-        on = ", ".join(f"{d} x{n}" for d, n in sorted(self.devices.items())) or "none"
+        on = ", ".join(f"{d} x{n}" for d, n in sorted(self.devices.items()))
         return (
             f"{self.records} records in {self.shards} shards{reused}, {self.seconds:.2f} s, "
-            f"{self.records_per_second:,.0f} records/s; {self.workers} workers; "
-            f"shards on {on}; {self.retries} retried"
+            f"{self.records_per_second:,.0f} records/s; {self.workers} workers"
+            + (f"; shards on {on}" if on else "")
+            + f"; {self.retries} retried"
         )
 
 

@@ -12,7 +12,8 @@ A row holds ``shard`` (the part's number: the shard it was read from), ``row`` (
 record's position in the shard, from 0), ``input`` (the record as read; left out with
 ``keep_input=False``) and ``output`` (what ``predict`` returned for it). Parts in name
 order, rows in file order, are the input order. Outputs that are numpy arrays, tensors
-or numpy scalars are written as lists and numbers (``.tolist()``).
+or numpy scalars are written as lists and numbers (``.tolist()``), pydantic models (an
+``output_model``'s instances) as dicts.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ def part_path(directory: str | os.PathLike[str], shard: int, fmt: str) -> Path:
 
 
 def plain(value: Any) -> Any:
-    """``value`` with arrays, tensors and numpy scalars made plain lists and numbers."""
+    """``value`` with arrays, tensors and numpy scalars made plain lists and numbers, and
+    a pydantic model (an ``output_model``'s instance) made a dict of JSON values."""
+    if hasattr(value, "model_dump") and hasattr(type(value), "model_fields"):
+        return value.model_dump(mode="json")
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
         try:
             return value.tolist()

@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,6 +195,34 @@ def describe_records(split: Split, first: int, last: int) -> str:
     return f"{records} of shard {split.index} ({where})"
 
 
+def _validated(
+    schema: Any, batch: list[Any], first: int, where: Callable[[int, int], str]
+) -> list[Any]:
+    """The batch's records as instances of the model's ``input_model`` (a pydantic model),
+    as ``paralela serve`` hands them to ``predict``.
+
+    Raises:
+        InputError: a record does not fit the model (names the record, file and line).
+    """
+    from pydantic import ValidationError
+
+    out = []
+    for offset, record in enumerate(batch):
+        try:
+            out.append(schema.model_validate(record))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'the record'}: {e['msg']}"
+                for e in exc.errors()[:3]
+            )
+            raise InputError(
+                f"{where(first + offset, first + offset)}: the record does not fit the "
+                f"model's input_model {schema.__name__} ({problems}); fix the record, or "
+                "the input_model",
+            ) from exc
+    return out
+
+
 def _failed(error: ParalelaError, cause: BaseException | None) -> ShardFailed:
     tb = ""
     if cause is not None:
@@ -231,9 +259,11 @@ def predict_shard(job: PredictJob, split: Split) -> ShardResult:
     try:
         with replacing(path) as f:
             writer = ShardWriter(f, job.fmt, split.index, job.keep_input, model.name, where)
+            schema = getattr(job.model, "input_model", None)
             for batch in batches(read_split_batches(split), job.batch_size):
+                given = batch if schema is None else _validated(schema, batch, records, where)
                 try:
-                    outputs = model.predict(batch)
+                    outputs = model.predict(given)
                 except ModelError as exc:
                     at = where(records, records + len(batch) - 1)
                     message = f"{str(exc).rstrip('.')}; the batch was {at}."
