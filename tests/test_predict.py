@@ -274,3 +274,17 @@ def test_input_and_output_models_as_serve_takes_them(tmp_path: Path) -> None:
     assert "record 14 of shard 0 (" in message
     assert "bad.jsonl line 16): the record does not fit the model's input_model Item" in message
     assert "x: Input should be a valid integer" in message
+
+
+def test_the_output_directory_holds_only_this_run_s_parts(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "data.jsonl", [{"id": i, "x": i} for i in range(200)])
+    data, out = str(tmp_path / "data.jsonl"), tmp_path / "out"
+    many = paralela.predict(Marked, data, output=out, split_bytes=1000, workers=2, progress=False)
+    assert many.shards > 1
+    one = paralela.predict(Marked, data, output=out, workers=2, progress=False)
+    assert one.shards == 1
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "part-00000.jsonl"]
+    assert len(rows(one.files)) == 200
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"holds other files \(notes\.txt\)"):
+        paralela.predict(Marked, data, output=out, workers=2, progress=False)
