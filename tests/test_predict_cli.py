@@ -110,6 +110,22 @@ def test_a_bad_class_exits_2(workdir: Path, spec: str, says: str) -> None:
     assert not (workdir / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--workers-per-gpu", "2", "--gpus", "none"], "workers_per_gpu=2 shares GPUs"),
+        (["--gpus", "7"], "GPU '7' in gpus='7' is not visible"),
+        (["--option", "slurm_partition=x"], "backend_options are options of backend='slurm'"),
+        (["--input-format", "xml"], "Unknown input format 'xml'"),
+    ],
+)
+def test_bad_options_exit_2(workdir: Path, args: list[str], says: str) -> None:
+    proc = paralela(workdir, "models:Square", "-i", "data.jsonl", "-o", "out", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr
+    assert not (workdir / "out").exists()
+
+
 def test_a_non_utf8_input_exits_1_naming_file_and_line(workdir: Path) -> None:
     (workdir / "bad.txt").write_bytes(b"ok\n\xfe\n")
     proc = paralela(workdir, "models:Square", "-i", "bad.txt", "-o", "out")

@@ -186,6 +186,10 @@ def predict_command(
             show_default=False,
         ),
     ] = None,
+    workers_per_gpu: Annotated[
+        int,
+        typer.Option("--workers-per-gpu", min=1, help="Workers sharing each GPU (small models)."),
+    ] = 1,
     no_input: Annotated[
         bool,
         typer.Option("--no-input", help="Leave the input out of the rows (shard, row, output)."),
@@ -229,6 +233,7 @@ def predict_command(
             progress=UNSET if progress is None else progress,
             keep_input=not no_input,
             gpus=gpus,
+            workers_per_gpu=workers_per_gpu,
             split_bytes=split_bytes,
             encoding=encoding,
             retries=UNSET if retries is None else retries,

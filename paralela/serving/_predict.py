@@ -312,6 +312,12 @@ def _backend(
             gpus=None if gpus is None else gpus,
         )
     else:
+        if per_gpu != 1:
+            raise ConfigError(
+                f"workers_per_gpu={per_gpu} shares GPUs among workers, but "
+                f"{'gpus=' + repr(gpus) + ' asks for none' if cpu_only else 'no GPU is visible'}"
+                "; leave it at 1 (one worker per CPU), or run where GPUs are visible."
+            )
         slots = make_slots(resources, n_slots=workers)
     return ProcessBackend(slots=slots), True, None
 
