@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -31,6 +33,8 @@ def test_every_example_is_tested() -> None:
         "wordcount.py",
         "vocabulary.py",
         "sweep_digits_mlp.py",
+        "serve_embeddings.py",
+        "digits_model.py",
         "train_ddp.py",
         # run under their strategies' tests: tests/test_distributed_{ps,pipeline,tf}.py
         "train_ps.py",
@@ -153,3 +157,73 @@ def test_vocabulary_gives_ids_to_tokens_seen_min_count_times(tmp_path: Path) -> 
     # Ids by frequency, ties by token: the most frequent token comes right after the specials.
     assert vocabulary[min(kept, key=lambda t: (-counts[t], t))] == len(module.SPECIALS)
     assert f"{len(counts)} distinct tokens; {len(vocabulary)} in the vocabulary" in out
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))  # the embeddings have unit length
+
+
+def test_serve_embeddings_embeds_offline_and_predict_equals_a_serial_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    import paralela
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no network: the weights are on disk
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # the workers import it by the same name
+    from serve_embeddings import DIMENSIONS, Embedder
+
+    model = Embedder()
+    model.setup("cpu")
+    guitar, plays, market = model.predict(
+        ["A man is playing a guitar.", "Someone plays the guitar.", "Stocks fell sharply today."]
+    )
+    assert len(guitar) == len(plays) == len(market) == DIMENSIONS == 384
+    assert np.linalg.norm(guitar) == pytest.approx(1.0, abs=1e-5)
+    assert cosine(guitar, plays) > 0.6 > cosine(guitar, market)
+    assert cosine(guitar, plays) > cosine(plays, market)
+
+    subjects = ["the cat", "a model", "my neighbour", "the committee", "an engineer"]
+    verbs = ["reads", "trains", "ignores", "approves", "repairs"]
+    sentences = [f"{s} {v} the report number {i}" for i, (s, v) in
+                 enumerate((s, v) for s in subjects for v in verbs)]  # fmt: skip
+    corpus = tmp_path / "sentences.txt"
+    corpus.write_text("\n".join(sentences) + "\n")
+    result = paralela.predict(
+        Embedder, corpus, output=tmp_path / "out", workers=2, batch_size=8, split_bytes="400B"
+    )
+    assert result.records == len(sentences) == 25
+    assert result.shards >= 2
+    rows = [json.loads(line) for f in result.files for line in Path(f).read_text().splitlines()]
+    assert [row["input"] for row in rows] == sentences
+    serial = [v for i in range(0, 25, 8) for v in model.predict(sentences[i : i + 8])]
+    assert np.allclose([row["output"] for row in rows], serial, atol=1e-5)
+
+
+def test_digits_model_predicts_like_a_serial_loop(tmp_path: Path) -> None:
+    out = run_example("digits_model.py", tmp_path, "--workers", "2")
+    assert re.search(r"^360 records in 4 shards, .*; 2 workers;", out, re.M), out
+    assert "predictions agree with a serial loop: 360 of 360" in out
+    found = re.search(r"accuracy on the held-out images: (\d+\.\d)%", out)
+    assert found is not None, out
+    assert float(found[1]) > 90.0
+    # The serial loop trained and saved the weights; the workers loaded them.
+    assert (tmp_path / "paralela-runs" / "digits-mlp.pt").is_file()
+
+
+def test_digits_model_refuses_an_image_that_is_not_64_pixels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import paralela
+    from paralela.errors import InputError
+
+    monkeypatch.setenv("PARALELA_DIGITS_CHECKPOINT", str(tmp_path / "mlp.pt"))
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from digits_model import DigitsClassifier
+
+    images = tmp_path / "images.jsonl"
+    images.write_text(json.dumps([0] * 64) + "\n" + json.dumps([1] * 63) + "\n")
+    with pytest.raises(InputError, match=r"images.jsonl line 2.*input_model Pixels"):
+        paralela.predict(DigitsClassifier, images, output=tmp_path / "out", backend="sequential")

@@ -41,7 +41,7 @@ from paralela.errors import ConfigError, MissingExtraError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_PARAMS", "VALIDATION_SIZE", "train"]
+__all__ = ["DEFAULT_PARAMS", "VALIDATION_SIZE", "train", "train_model"]
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "lr": 0.01,
@@ -151,10 +151,40 @@ def train(
     config = _config(params)
     threads = _threads()
     try:
-        import torch
-        from torch.nn import functional
+        import torch  # noqa: F401  (the extra's message if it is missing)
     except ImportError as exc:
         raise MissingExtraError("torch", "torch", PURPOSE) from exc
+
+    _model, val_loss = _fit(config, threads, report)
+    return val_loss
+
+
+def train_model(params: Mapping[str, Any], *, threads: int = 1) -> torch.nn.Module:
+    """Train the MLP with ``params`` on ``threads`` threads and return it (in eval mode).
+
+    The same run as :func:`train`: the same parameters give the same weights in the same
+    environment. ``paralela.demos._digits_model`` keeps it as a checkpoint.
+
+    Raises:
+        ConfigError: an unknown parameter or a value out of range.
+        MissingExtraError: torch or scikit-learn is not installed.
+    """
+    config = _config(params)
+    try:
+        import torch  # noqa: F401  (the extra's message if it is missing)
+    except ImportError as exc:
+        raise MissingExtraError("torch", "torch", PURPOSE) from exc
+    model, _val_loss = _fit(config, threads, None)
+    return model.eval()
+
+
+def _fit(
+    config: _Config, threads: int, report: Callable[[float, int], None] | None
+) -> tuple[torch.nn.Module, float]:
+    """The training loop of :func:`train` and :func:`train_model`: the model, and its
+    validation loss after the last epoch."""
+    import torch
+    from torch.nn import functional
 
     x_train, y_train, x_val, y_val = _data()
     previous_threads = torch.get_num_threads()
@@ -182,4 +212,4 @@ def train(
                     report(val_loss, epoch)
     finally:
         torch.set_num_threads(previous_threads)
-    return val_loss
+    return model, val_loss
