@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         measure,
     )
     from paralela.serving._predict import PredictResult, predict
+    from paralela.serving._serve import serve
     from paralela.staging import StageError, StageResult, VerificationError, stage, verify_stage
     from paralela.sweeping import (
         Categorical,
@@ -136,6 +137,7 @@ _LAZY: dict[str, str] = {
     "RunStore": "paralela.runs",
     "predict": "paralela.serving._predict",
     "PredictResult": "paralela.serving._predict",
+    "serve": "paralela.serving._serve",
     **dict.fromkeys(
         ("measure", "fit_amdahl", "fit_gustafson", "ScalingResult", "ScalingError", "load_scaling"),
         "paralela.scaling",
@@ -184,6 +186,8 @@ __all__ = [
     # batch prediction with a model class
     "predict",
     "PredictResult",
+    # serving a model class over HTTP
+    "serve",
     # hyperparameter sweeps
     "sweep",
     "report",

@@ -42,6 +42,8 @@ EXPORTED = {
     "MapReduceSummary",
     # batch prediction
     "predict",
+    # serving a model class over HTTP
+    "serve",
     "PredictResult",
     # scaling analysis
     "measure",

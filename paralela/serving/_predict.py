@@ -299,27 +299,9 @@ def _backend(
             raise ConfigError("backend='sequential' runs one worker: leave workers unset.")
         return SequentialBackend(1), True, worker_device()
     from paralela.backends._processes import ProcessBackend
-    from paralela.resources import detect, make_slots
+    from paralela.serving._slots import worker_slots
 
-    resources = detect()
-    cpu_only = isinstance(gpus, str) and gpus.strip().lower() in ("", "none", "cpu")
-    if not cpu_only and (gpus is not None or resources.gpus):
-        slots = make_slots(
-            resources,
-            n_slots=workers,
-            gpus_per_slot=1,
-            slots_per_gpu=per_gpu,
-            gpus=None if gpus is None else gpus,
-        )
-    else:
-        if per_gpu != 1:
-            raise ConfigError(
-                f"workers_per_gpu={per_gpu} shares GPUs among workers, but "
-                f"{'gpus=' + repr(gpus) + ' asks for none' if cpu_only else 'no GPU is visible'}"
-                "; leave it at 1 (one worker per CPU), or run where GPUs are visible."
-            )
-        slots = make_slots(resources, n_slots=workers)
-    return ProcessBackend(slots=slots), True, None
+    return ProcessBackend(slots=worker_slots(workers, gpus, per_gpu)), True, None
 
 
 def _open_run_dir(

@@ -1,0 +1,172 @@
+"""``paralela serve``: a model class behind HTTP, one model worker per GPU or CPU share.
+
+::
+
+    models.py:Embedder ──load (like paralela predict)──> check_model ──> paralela.serve(...)
+    --token-file F ──> the token (its first line)       --max-body 1MB ──> bytes
+    ready ──> one line on stderr: "paralela serve: ready on http://127.0.0.1:8000 (...)"
+    SIGINT / SIGTERM ──> drain, stop the workers, exit 0; a setup that fails ──> exit 1
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from paralela.cli._app import app
+from paralela.cli._errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_USAGE, fail
+from paralela.cli._predict import _load_model
+from paralela.errors import ConfigError, MissingExtraError
+from paralela.serving._model import ModelError
+
+__all__ = ["serve_command"]
+
+SERVE_HELP = (
+    "Serve the model class MODULE:CLASS over HTTP on this machine, one model worker per "
+    "GPU (or per CPU share), with dynamic batching.\n\n"
+    "Example: paralela serve models.py:Embedder --port 8000 --max-batch 64\n\n"
+    'POST /predict with {"input": x} answers {"output": y}; with {"inputs": [x, ...]} '
+    'it answers {"outputs": [y, ...]}. GET /health is 200 once every worker has run '
+    "setup, GET /metrics is in Prometheus's format, /docs shows the API. It listens on "
+    "127.0.0.1 unless --host says otherwise; give --token-file when it does. SIGINT or "
+    "SIGTERM stops it after the requests in flight are answered."
+)
+
+
+def _read_token(path: Path) -> str:
+    try:
+        token = path.read_text(encoding="utf-8").strip().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"Cannot read the token file {path}: {exc}.", EXIT_USAGE)
+    if not token or not token[0].strip():
+        fail(f"The token file {path} is empty; put the token on its first line.", EXIT_USAGE)
+    return token[0].strip()
+
+
+def _parse_bytes(text: str) -> int:
+    from paralela.mapreduce._api import parse_size
+
+    try:
+        return parse_size(text, "--max-body")
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+@app.command(
+    "serve",
+    help=SERVE_HELP,
+    short_help="Serve a model class over HTTP, with dynamic batching.",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+)
+def serve_command(
+    model: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:CLASS",
+            help="The model class: models:Embedder (models.py here) or path/to/file.py:Embedder.",
+            show_default=False,
+        ),
+    ],
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", "-p", min=0, max=65535, help="Port; 0 takes a free one.")
+    ] = 8000,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            "-w",
+            min=1,
+            help="Model workers. Default: one per GPU (x --workers-per-device), else one per CPU.",
+            show_default=False,
+        ),
+    ] = None,
+    workers_per_device: Annotated[
+        int,
+        typer.Option("--workers-per-device", min=1, help="Workers sharing each GPU."),
+    ] = 1,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--gpus",
+            metavar="IDS",
+            help="GPUs to use ('0,2'), or 'none' for CPUs only. Default: every visible GPU.",
+            show_default=False,
+        ),
+    ] = None,
+    max_batch: Annotated[
+        int, typer.Option("--max-batch", min=1, help="The most inputs per predict call.")
+    ] = 32,
+    max_wait_ms: Annotated[
+        float,
+        typer.Option(
+            "--max-wait-ms",
+            min=0,
+            help="How long a batch that is not full waits for more inputs.",
+        ),
+    ] = 2.0,
+    max_queue: Annotated[
+        int,
+        typer.Option(
+            "--max-queue", min=1, help="The most inputs waiting; beyond, 503 with Retry-After."
+        ),
+    ] = 1024,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", min=0, help="Seconds a request waits before a 504."),
+    ] = 30.0,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            metavar="FILE",
+            help="Require 'Authorization: Bearer <token>', the token being FILE's first line.",
+            show_default=False,
+        ),
+    ] = None,
+    max_body: Annotated[
+        str, typer.Option("--max-body", metavar="SIZE", help="The largest request body.")
+    ] = "1MiB",
+    log_level: Annotated[
+        str,
+        typer.Option("--log-level", help="uvicorn's log level; 'info' logs every request."),
+    ] = "warning",
+) -> None:
+    """Serve a model class; see ``SERVE_HELP``. Exits through :class:`typer.Exit` with
+    the codes of :mod:`paralela.cli._errors`."""
+    from paralela.serving._serve import serve
+
+    cls = _load_model(model)
+    token = _read_token(token_file) if token_file is not None else None
+    if host not in ("127.0.0.1", "localhost", "::1") and token is None:
+        typer.echo(
+            f"paralela serve: listening on {host} with no --token-file: anyone who reaches "
+            "this machine can use the model.",
+            err=True,
+        )
+    try:
+        serve(
+            cls,
+            host=host,
+            port=port,
+            workers=workers,
+            workers_per_device=workers_per_device,
+            gpus=gpus,
+            max_batch=max_batch,
+            max_wait_ms=max_wait_ms,
+            max_queue=max_queue,
+            timeout=timeout,
+            token=token,
+            max_body_bytes=_parse_bytes(max_body),
+            log_level=log_level,
+        )
+    except (ConfigError, MissingExtraError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    except ModelError as exc:
+        fail(str(exc), EXIT_FAILED, "\n".join(getattr(exc, "__notes__", [])) or None)
+    typer.echo("paralela serve: stopped", err=True)

@@ -1,0 +1,143 @@
+"""Dynamic batching for ``paralela serve``: one bounded queue of inputs, and batches taken
+from it by whichever model worker is free.
+
+::
+
+    request {"inputs": [a, b]} ──put──> [a][b][c][d]...   (at most max_queue; more: QueueFull)
+                                          │ take(): a free worker waits until max_batch
+                                          │ inputs are queued or the first has waited
+                                          │ max_wait, whichever comes first
+                                          ▼
+                                 worker 0: [a b c d]   worker 1: [e f]
+
+Each input carries its own future: the answer goes to the request that asked for it, in
+its order. An input whose request is gone (timed out, client left) has a done future and
+is dropped when taken. Under load the workers are busy while inputs queue, so batches grow
+with no waiting at all; ``max_wait`` only trades latency for larger batches at light load.
+All of it runs on the server's event loop: no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+__all__ = ["Batcher", "Item", "QueueFull"]
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queue`` inputs: the server answers 503 with Retry-After."""
+
+
+class Item:
+    """One input waiting for its answer."""
+
+    __slots__ = ("enqueued", "future", "value")
+
+    def __init__(self, value: Any, future: asyncio.Future[Any], enqueued: float) -> None:
+        self.value = value
+        self.future = future
+        self.enqueued = enqueued
+
+
+class Batcher:
+    """A bounded queue of inputs that model workers take batches from.
+
+    Args:
+        max_batch: the most inputs in one batch.
+        max_wait: seconds a batch of fewer than ``max_batch`` inputs waits for more,
+            counted from the arrival of its first input (0: take what is there).
+        max_queue: the most inputs waiting; :meth:`put` raises :class:`QueueFull` beyond.
+    """
+
+    def __init__(self, max_batch: int, max_wait: float, max_queue: int) -> None:
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        self.max_queue = max_queue
+        self._items: collections.deque[Item] = collections.deque()
+        self._waiters: list[asyncio.Future[None]] = []  # takers waiting for an input
+        self._filling: list[asyncio.Future[None]] = []  # takers waiting for a full batch
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, values: list[Any]) -> list[asyncio.Future[Any]]:
+        """Queue ``values``; a future per value, resolved with its output.
+
+        Raises:
+            QueueFull: they do not fit in the queue (none is queued then).
+        """
+        if len(self._items) + len(values) > self.max_queue:
+            self._drop_abandoned()
+            if len(self._items) + len(values) > self.max_queue:
+                raise QueueFull
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        futures = []
+        for value in values:
+            future: asyncio.Future[Any] = loop.create_future()
+            self._items.append(Item(value, future, now))
+            futures.append(future)
+        _wake(self._waiters)
+        if len(self._items) >= self.max_batch:
+            _wake(self._filling)
+        return futures
+
+    async def take(self) -> list[Item]:
+        """The next batch: between 1 and ``max_batch`` inputs whose requests still wait."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self._drop_abandoned()
+            if not self._items:
+                await _wait(loop, self._waiters, None)
+                continue
+            if len(self._items) < self.max_batch and self.max_wait > 0:
+                delay = self._items[0].enqueued + self.max_wait - loop.time()
+                if delay > 0:
+                    await _wait(loop, self._filling, delay)
+                    continue
+            batch: list[Item] = []
+            while self._items and len(batch) < self.max_batch:
+                item = self._items.popleft()
+                if not item.future.done():
+                    batch.append(item)
+            if batch:
+                return batch
+
+    def fail_all(self, exc: BaseException) -> None:
+        """Fail every queued input with ``exc`` (the server is stopping)."""
+        while self._items:
+            item = self._items.popleft()
+            if not item.future.done():
+                item.future.set_exception(exc)
+
+    def _drop_abandoned(self) -> None:
+        while self._items and self._items[0].future.done():
+            self._items.popleft()
+        if len(self._items) >= self.max_queue:  # abandoned ones in the middle, too
+            self._items = collections.deque(i for i in self._items if not i.future.done())
+
+
+def _wake(waiters: list[asyncio.Future[None]]) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)
+    waiters.clear()
+
+
+async def _wait(
+    loop: asyncio.AbstractEventLoop, waiters: list[asyncio.Future[None]], delay: float | None
+) -> None:
+    waiter: asyncio.Future[None] = loop.create_future()
+    waiters.append(waiter)
+    timer = None
+    if delay is not None:
+        timer = loop.call_later(delay, _wake, [waiter])
+    try:
+        await waiter
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if waiter in waiters:
+            waiters.remove(waiter)

@@ -1,0 +1,300 @@
+"""The model workers of ``paralela serve``: one process per slot, each fed by a coroutine
+on the server's event loop.
+
+::
+
+    for each slot:  coroutine ──start (thread)──> process: Model() + setup(device) ──ready
+                        │  loop: batch = await batcher.take()
+                        │        send/receive on the worker's thread ──> answers to futures
+                        │  the process died (EOF) ──> its batch fails at once (503), restart
+                        │  no answer within hang_timeout ──> SIGKILL, batch fails (503), restart
+                        └─ setup fails: at start, the server stops with the error; on a
+                           restart, tried again (1, 2, 4 s) and given up after 3 in a row
+
+Each worker has one thread of its own for the blocking pipe calls, so a slow or dying
+worker never holds up the event loop or another worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import Any
+
+from paralela.errors import add_note
+from paralela.serving._model import ModelError, model_name
+from paralela.serving._serve_batcher import Batcher, Item
+from paralela.serving._serve_metrics import Metrics
+
+__all__ = ["SETUP_ATTEMPTS", "WorkerDied", "WorkerPool"]
+
+_WORKER_CODE = "from paralela.serving._serve_worker import main; main()"
+#: Restarts of one worker whose setup fails this many times in a row are given up.
+SETUP_ATTEMPTS = 3
+
+
+class WorkerDied(Exception):
+    """The model worker holding an input died or hung; its request gets a 503."""
+
+
+class _SetupFailed(Exception):
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+def _say(message: str) -> None:
+    print(f"paralela serve: {message}", file=sys.stderr, flush=True)
+
+
+class _Worker:
+    """One model worker process and the thread that talks to it."""
+
+    def __init__(self, index: int, env: dict[str, str]) -> None:
+        self.index = index
+        self.env = env
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"paralela-serve-{index}")
+        self.process: subprocess.Popen[bytes] | None = None
+        self.conn: Connection | None = None
+        self.ready = False
+        self.device = "?"
+
+    def start(self, model_bytes: bytes) -> None:
+        """Start the process and wait for its setup (blocking: on the worker's thread)."""
+        ours, theirs = socket.socketpair()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _WORKER_CODE, str(theirs.fileno())],
+                env=self.env,
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            theirs.close()
+        self.conn = Connection(ours.detach())
+        try:
+            self.conn.send_bytes(pickle.dumps(("init", list(sys.path), model_bytes)))
+            reply = pickle.loads(self.conn.recv_bytes())
+        except (EOFError, OSError):
+            raise _SetupFailed(f"worker {self.index} died during setup ({self.ended()})") from None
+        if reply[0] == "failed":
+            self.ended()
+            raise _SetupFailed(reply[1], reply[2])
+        _, _pid, self.device, _seconds = reply
+
+    def call(self, payload: bytes) -> Any:
+        """Send a batch and wait for its answers (blocking: on the worker's thread).
+
+        Raises:
+            WorkerDied: the process died before it answered.
+        """
+        assert self.conn is not None
+        try:
+            self.conn.send_bytes(payload)
+            return pickle.loads(self.conn.recv_bytes())
+        except (EOFError, OSError):
+            raise WorkerDied(
+                f"the model worker (pid {self.pid}) died while it held this request "
+                f"({self.ended()}); it is being restarted, send the request again"
+            ) from None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def ended(self) -> str:
+        """Wait for the process to end (kill it after 2 s); how it ended, in words."""
+        from paralela.backends._processes import worker_exit
+
+        if self.process is None:
+            return "not started"
+        try:
+            code = self.process.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        return worker_exit(code)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+
+    def close(self) -> None:
+        """Close the connection (the worker exits at end of file) and reap the process."""
+        if self.conn is not None:
+            with contextlib.suppress(OSError):
+                self.conn.close()
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                self.process.wait()
+
+
+class WorkerPool:
+    """The model workers, one per environment in ``envs`` (a slot's each).
+
+    Args:
+        model: the model class (checked).
+        envs: each worker's environment.
+        batcher: where the workers take their batches.
+        metrics: counted into.
+        hang_timeout: seconds a batch may take before its worker is killed as hung.
+        on_ready: called once, when every worker has finished its first setup.
+        on_fatal: called with a :class:`ModelError` when the server cannot serve: a setup
+            failed at start, or every worker was given up.
+    """
+
+    def __init__(
+        self,
+        model: type,
+        envs: list[dict[str, str]],
+        batcher: Batcher,
+        metrics: Metrics,
+        *,
+        hang_timeout: float,
+        on_ready: Callable[[], None],
+        on_fatal: Callable[[ModelError], None],
+    ) -> None:
+        import cloudpickle  # a class of the user's __main__ travels by value
+
+        self.model = model
+        self._model_bytes = cloudpickle.dumps(model)
+        self.workers = [_Worker(i, env) for i, env in enumerate(envs)]
+        self.batcher = batcher
+        self.metrics = metrics
+        self.hang_timeout = hang_timeout
+        self._on_ready = on_ready
+        self._on_fatal = on_fatal
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False  # every worker was ready once
+        self._given_up = 0
+        self._closing = False
+
+    @property
+    def size(self) -> int:
+        return len(self.workers)
+
+    @property
+    def ready(self) -> int:
+        """Workers that finished setup and take batches."""
+        return sum(w.ready for w in self.workers)
+
+    @property
+    def started(self) -> bool:
+        """Every worker finished its first setup."""
+        return self._started
+
+    def start(self) -> None:
+        """Start every worker (on the running event loop); returns at once."""
+        self._tasks = [asyncio.ensure_future(self._run(w)) for w in self.workers]
+
+    async def stop(self) -> None:
+        """Stop taking batches and stop every worker."""
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(None, w.close) for w in self.workers))
+        for w in self.workers:
+            w.thread.shutdown(wait=False)
+
+    async def _run(self, worker: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while not self._closing:
+            try:
+                await loop.run_in_executor(worker.thread, worker.start, self._model_bytes)
+            except _SetupFailed as exc:
+                failures += 1
+                if not self._started or failures >= SETUP_ATTEMPTS:
+                    self._give_up(worker, exc, failures)
+                    return
+                _say(f"worker {worker.index} failed to set up again ({exc}); retrying")
+                await asyncio.sleep(2 ** (failures - 1))
+                continue
+            failures = 0
+            worker.ready = True
+            if not self._started and self.ready == self.size:
+                self._started = True
+                self._on_ready()
+            try:
+                await self._serve(worker, loop)
+            finally:
+                worker.ready = False
+            if not self._closing:
+                self.metrics.restarts += 1
+
+    async def _serve(self, worker: _Worker, loop: asyncio.AbstractEventLoop) -> None:
+        """Take batches until the worker dies or hangs (then returns) or the pool stops."""
+        while True:
+            batch = await self.batcher.take()
+            self.metrics.batch_size.observe(len(batch))
+            payload = pickle.dumps([item.value for item in batch], pickle.HIGHEST_PROTOCOL)
+            sent = loop.time()
+            call = loop.run_in_executor(worker.thread, worker.call, payload)
+            try:
+                _, outputs = await asyncio.wait_for(asyncio.shield(call), self.hang_timeout)
+            except asyncio.TimeoutError:
+                worker.kill()
+                _fail(batch, WorkerDied(
+                    f"the model worker (pid {worker.pid}) took more than "
+                    f"{self.hang_timeout:g} s on a batch of {len(batch)} and was stopped; "
+                    "it is being restarted"
+                ))  # fmt: skip
+                _say(f"worker {worker.index} (pid {worker.pid}) hung; restarting it")
+                with contextlib.suppress(WorkerDied):
+                    await call
+                return
+            except WorkerDied as exc:
+                _fail(batch, exc)
+                _say(f"worker {worker.index} (pid {worker.pid}) died; restarting it")
+                return
+            except asyncio.CancelledError:  # the pool stops: the batch's requests are gone
+                _fail(batch, WorkerDied("the server is stopping"))
+                raise
+            self.metrics.batch_seconds.observe(loop.time() - sent)
+            self.metrics.inputs += len(batch)
+            for item, output in zip(batch, outputs, strict=True):
+                if not item.future.done():
+                    item.future.set_result(output)
+
+    def _give_up(self, worker: _Worker, exc: _SetupFailed, failures: int) -> None:
+        name = model_name(self.model)
+        if not self._started:
+            error = ModelError(f"{name}: worker {worker.index} failed to set up: {exc}")
+        else:
+            self._given_up += 1
+            _say(f"worker {worker.index} failed to set up {failures} times in a row; "
+                 f"given up ({self.size - self._given_up} of {self.size} left): {exc}")  # fmt: skip
+            if self._given_up < self.size:
+                return
+            error = ModelError(f"{name}: every worker failed to set up again; last: {exc}")
+        if exc.detail:
+            add_note(error, exc.detail.rstrip())
+        self._on_fatal(error)
+
+
+def _fail(batch: list[Item], exc: BaseException) -> None:
+    for item in batch:
+        if not item.future.done():
+            item.future.set_exception(exc)
+
+
+def worker_envs(slots: list[Any]) -> list[dict[str, str]]:
+    """Each slot's worker environment: its GPUs and thread limits over this one's."""
+    from paralela.backends._processes import SLOT_VARIABLE, thread_limits_env
+
+    base = {**os.environ, **thread_limits_env(len(slots))}
+    return [{**base, **slot.env(), SLOT_VARIABLE: str(slot.index)} for slot in slots]
