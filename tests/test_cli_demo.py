@@ -14,7 +14,13 @@ import pytest
 from typer.testing import CliRunner
 
 from paralela.cli import app
-from paralela.demos import MapDemoResult, extract_features, run_map_demo
+from paralela.demos import (
+    MapDemoResult,
+    PredictDemoResult,
+    extract_features,
+    run_map_demo,
+    run_predict_demo,
+)
 from paralela.demos._map_demo import FEATURES
 from paralela.errors import ConfigError
 
@@ -76,6 +82,16 @@ def test_demo_prints_the_table_the_speedup_and_the_equality_check(tmp_path: Path
     assert row is not None, out
     assert float(row.group(1)) > 80.0
     assert "Each rank's log:" in out
+    # The predict step: the trained MLP over all 1,797 digits, on 2 workers, equal to a
+    # serial loop.
+    for header in ("images", "shards", "serial s", "predict s", "images/s", "accuracy"):
+        assert header in out
+    row = re.search(r"│\s+1797 │\s+2 │\s+15 │ .* │\s+(\d+\.\d)% │", out)
+    assert row is not None, out
+    assert float(row.group(1)) > 90.0
+    assert re.search(r"paralela\.predict: [\d,]+ records/s, starting 2 workers", out), out
+    assert "Predictions equal: yes (1797 of 1797 images, paralela.predict == serial loop)." in out
+    assert (demo_dir / "predict" / "output" / "_SUCCESS").is_file()
     # The report of the three steps, their runs kept under one directory.
     sections = report_sections(out)
     assert [(s["kind"], s["path"]) for s in sections] == [
@@ -125,6 +141,27 @@ def test_bad_item_count_is_a_config_error() -> None:
         run_map_demo(items=0)
 
 
+def test_run_predict_demo_refuses_a_bad_image_count() -> None:
+    with pytest.raises(ConfigError, match="images must be a positive integer, got 0"):
+        run_predict_demo(images=0)
+
+
+def test_run_predict_demo_agrees_with_the_serial_loop(tmp_path: Path) -> None:
+    result = run_predict_demo(images=300, workers=2, run_dir=tmp_path)
+    assert isinstance(result, PredictDemoResult)
+    assert (result.images, result.workers, result.shards) == (300, 2, 3)  # 128 per shard
+    assert result.agree == 300
+    assert result.accuracy > 0.9
+    assert result.parallel_rate == pytest.approx(300 / result.parallel_seconds)
+    assert (tmp_path / "digits-mlp.pt").is_file()
+    assert sorted(p.name for p in result.output.iterdir()) == [
+        "_SUCCESS",
+        "part-00000.jsonl",
+        "part-00001.jsonl",
+        "part-00002.jsonl",
+    ]
+
+
 def test_demo_rejects_zero_items_as_usage_error() -> None:
     result = CliRunner().invoke(app, ["demo", "--items", "0"])
     assert result.exit_code == 2
@@ -133,7 +170,20 @@ def test_demo_rejects_zero_items_as_usage_error() -> None:
 
 def test_demo_without_the_sweep_step(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "paralela", "demo", "--items", "8", "--trials", "0", "--ranks", "0"],
+        [
+            sys.executable,
+            "-m",
+            "paralela",
+            "demo",
+            "--items",
+            "8",
+            "--trials",
+            "0",
+            "--ranks",
+            "0",
+            "--images",
+            "0",
+        ],
         cwd=tmp_path,  # the default demo directory: paralela-runs/demo-<time> here
         capture_output=True,
         text=True,
@@ -143,6 +193,7 @@ def test_demo_without_the_sweep_step(tmp_path: Path) -> None:
     assert "Results equal: yes" in proc.stdout
     assert "Hyperparameter sweep" not in proc.stdout
     assert "Data-parallel training" not in proc.stdout
+    assert "Batch prediction" not in proc.stdout
     sections = report_sections(proc.stdout)
     assert [s["kind"] for s in sections] == ["map"]
     (demo_dir,) = (tmp_path / "paralela-runs").glob("demo-*")

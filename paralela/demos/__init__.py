@@ -3,15 +3,18 @@ and returns what it measured; the command line only prints it."""
 
 from paralela.demos._ddp_demo import DdpDemoResult, run_ddp_demo
 from paralela.demos._map_demo import DEFAULT_ITEMS, MapDemoResult, extract_features, run_map_demo
+from paralela.demos._predict_demo import PredictDemoResult, run_predict_demo
 from paralela.demos._sweep_demo import SweepDemoResult, run_sweep_demo
 
 __all__ = [
     "DEFAULT_ITEMS",
     "DdpDemoResult",
     "MapDemoResult",
+    "PredictDemoResult",
     "SweepDemoResult",
     "extract_features",
     "run_ddp_demo",
     "run_map_demo",
+    "run_predict_demo",
     "run_sweep_demo",
 ]

@@ -28,7 +28,14 @@ from paralela.errors import ConfigError, MissingExtraError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["CHECKPOINT_ENV", "PIXELS", "DigitsClassifier", "checkpoint_path", "validation_set"]
+__all__ = [
+    "CHECKPOINT_ENV",
+    "PIXELS",
+    "DigitsClassifier",
+    "checkpoint_path",
+    "digits_set",
+    "validation_set",
+]
 
 CHECKPOINT_ENV = "PARALELA_DIGITS_CHECKPOINT"
 DEFAULT_CHECKPOINT = Path("paralela-runs") / "digits-mlp.pt"  # relative to the working dir
@@ -48,6 +55,17 @@ def validation_set() -> tuple[list[list[float]], list[int]]:
     pixels: list[list[float]] = (x_val * MAX_PIXEL).round().tolist()
     labels: list[int] = y_val.tolist()
     return pixels, labels
+
+
+def digits_set() -> tuple[list[list[float]], list[int]]:
+    """All 1,797 images of the data set as records, in its order, and their labels
+    (1,437 of them are the MLP's training images)."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as exc:
+        raise MissingExtraError("scikit-learn", "examples", PURPOSE) from exc
+    images, labels = load_digits(return_X_y=True)
+    return images.tolist(), labels.tolist()
 
 
 class DigitsClassifier:
