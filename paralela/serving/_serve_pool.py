@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import pickle
 import socket
@@ -65,6 +66,7 @@ class _Worker:
         self.process: subprocess.Popen[bytes] | None = None
         self.conn: Connection | None = None
         self.ready = False
+        self.idle = False  # waiting for a batch: a death then is noticed by its pidfd
         self.device = "?"
 
     def start(self, model_bytes: bytes) -> None:
@@ -229,17 +231,29 @@ class WorkerPool:
             if not self._started and self.ready == self.size:
                 self._started = True
                 self._on_ready()
+            serving = asyncio.ensure_future(self._serve(worker, loop))
+            unwatch = _watch_exit(loop, worker, functools.partial(_cancel_if_idle, worker, serving))
             try:
-                await self._serve(worker, loop)
+                await serving
+            except asyncio.CancelledError:
+                if self._closing or not serving.cancelled():
+                    raise
+                _say(f"worker {worker.index} (pid {worker.pid}) died while idle "
+                     f"({worker.ended()}); restarting it")  # fmt: skip
             finally:
                 worker.ready = False
+                unwatch()
             if not self._closing:
                 self.metrics.restarts += 1
 
     async def _serve(self, worker: _Worker, loop: asyncio.AbstractEventLoop) -> None:
         """Take batches until the worker dies or hangs (then returns) or the pool stops."""
         while True:
-            batch = await self.batcher.take()
+            worker.idle = True
+            try:
+                batch = await self.batcher.take()
+            finally:
+                worker.idle = False
             self.metrics.batch_size.observe(len(batch))
             payload = pickle.dumps([item.value for item in batch], pickle.HIGHEST_PROTOCOL)
             sent = loop.time()
@@ -284,6 +298,32 @@ class WorkerPool:
         if exc.detail:
             add_note(error, exc.detail.rstrip())
         self._on_fatal(error)
+
+
+def _watch_exit(
+    loop: asyncio.AbstractEventLoop, worker: _Worker, on_exit: Callable[[], Any]
+) -> Callable[[], None]:
+    """Call ``on_exit`` when the worker's process ends (its pidfd becomes readable);
+    returns the function that stops watching. Without pidfds (not Linux), a death is
+    noticed when the next batch is sent."""
+    if worker.pid is None or not hasattr(os, "pidfd_open"):
+        return lambda: None
+    try:
+        fd = os.pidfd_open(worker.pid)
+    except OSError:  # already reaped
+        return lambda: None
+    loop.add_reader(fd, on_exit)
+
+    def unwatch() -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+    return unwatch
+
+
+def _cancel_if_idle(worker: _Worker, serving: asyncio.Future[None]) -> None:
+    if worker.idle:  # else the pending call notices the death and fails its batch
+        serving.cancel()
 
 
 def _fail(batch: list[Item], exc: BaseException) -> None:
