@@ -456,6 +456,41 @@ def test_parse_size() -> None:
     assert parse_size("512MiB") == parse_size("512M") == 512 << 20
     assert parse_size("1.5GiB") == 3 << 29
     assert parse_size(4096) == 4096
+    with pytest.raises(ConfigError, match="memory_limit must be positive, got 0"):
+        parse_size(0)
+
+
+def test_parse_split_bytes_takes_zero_for_one_split_per_file() -> None:
+    from paralela.mapreduce._inputs import parse_split_bytes
+
+    assert parse_split_bytes(0) == parse_split_bytes("0") == parse_split_bytes("0MB") == 0
+    assert parse_split_bytes("64MiB") == 64 << 20
+    with pytest.raises(ConfigError, match=r"split_bytes must be 0 \(one split per file\) or "):
+        parse_split_bytes(-1)
+
+
+def row_keys(row: dict[str, str]) -> Iterator[tuple[str, int]]:
+    assert row["text"].startswith("line one\nline two ")  # a field with a line break
+    yield row["k"], 1
+
+
+def test_csv_with_quoted_line_breaks_runs_with_split_bytes_zero(tmp_path: Path) -> None:
+    import csv
+
+    for name in ("a", "b"):
+        with open(tmp_path / f"{name}.csv", "w", newline="") as f:
+            csv.writer(f).writerows(
+                [["k", "text"]] + [[str(i % 5), f"line one\nline two {i}"] for i in range(400)]
+            )
+    inputs = str(tmp_path / "*.csv")
+    # What the error says to do, when a file is cut in byte ranges ...
+    with pytest.raises(InputError, match="pass split_bytes=0 to read each file as one split"):
+        paralela.mapreduce(row_keys, total, inputs, workers=2, split_bytes=2000)
+    # ... works: one split (one map task) per file.
+    for split_bytes in (0, "0"):
+        result = paralela.mapreduce(row_keys, total, inputs, workers=2, split_bytes=split_bytes)
+        assert result.to_dict() == {str(k): 160 for k in range(5)}
+        assert result.summary.map_tasks == 2
 
 
 # -- the run directory -----------------------------------------------------------------

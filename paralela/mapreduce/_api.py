@@ -21,7 +21,6 @@ imported only when asked for. This module calls it as::
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -32,6 +31,7 @@ from paralela.backends import Backend
 from paralela.errors import ConfigError
 from paralela.mapreduce._output import FORMATS
 from paralela.mapreduce._result import MapReduceResult, MapReduceSummary
+from paralela.mapreduce._sizes import parse_size
 
 __all__ = ["DEFAULT_MEMORY_SHARE", "ENGINES", "mapreduce", "parse_size"]
 
@@ -55,53 +55,6 @@ PARTITIONS_PER_WORKER = 2
 #: a little: each map task writes its own combined pairs (a 50 MB Zipf word count: 4 splits
 #: 1.69 s, 8 splits 1.81 s, on 2 workers).
 SPLITS_PER_WORKER = 2
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kb": 1000,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mb": 1000**2,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gb": 1000**3,
-    "gib": 1 << 30,
-    "t": 1 << 40,
-    "tb": 1000**4,
-    "tib": 1 << 40,
-}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(value: int | str, what: str = "memory_limit") -> int:
-    """Bytes from ``536870912``, ``"512MiB"``, ``"512MB"`` (10^6), ``"512M"`` (2^20).
-
-    Raises:
-        ConfigError: not a positive size.
-    """
-    if isinstance(value, bool):
-        raise ConfigError(
-            f"{what} must be a number of bytes or a size like '512MB', got {value!r}."
-        )
-    if isinstance(value, int):
-        size = value
-    elif isinstance(value, str) and (match := _SIZE.match(value)):
-        unit = match[2].lower()
-        if unit not in _UNITS:
-            raise ConfigError(
-                f"{what}={value!r} has an unknown unit {match[2]!r}; use B, KB, MB, GB "
-                "(powers of 1000), KiB, MiB, GiB or K, M, G (powers of 1024)."
-            )
-        size = int(float(match[1]) * _UNITS[unit])
-    else:
-        raise ConfigError(
-            f"{what} must be a number of bytes or a size like '512MB', got {value!r}."
-        )
-    if size < 1:
-        raise ConfigError(f"{what} must be positive, got {value!r}.")
-    return size
 
 
 def default_memory_limit(workers: int) -> int:
@@ -232,7 +185,8 @@ def mapreduce(
         input_format: ``"text"``, ``"jsonl"``, ``"csv"`` or ``"parquet"``; default from
             each file's extension.
         encoding: of text, JSONL and CSV inputs (invalid bytes are an error).
-        split_bytes: the most bytes of a file per map task (int or ``"64MB"``).
+        split_bytes: the most bytes of a file per map task (int or ``"64MB"``); ``0``:
+            one split per file (a CSV file with quoted fields that span lines needs it).
         records_per_split: records of an iterable input per map task.
         retries: times a task is run again when its worker dies (default 2).
         progress: progress bars for each phase (default: on a terminal).
@@ -280,7 +234,9 @@ def mapreduce(
             f"inputs must be a path, a glob, a list of them, or an iterable of records; "
             f"got {type(inputs).__name__}."
         )
-    split_size = parse_size(split_bytes, "split_bytes")
+    from paralela.mapreduce._inputs import parse_split_bytes
+
+    split_size = parse_split_bytes(split_bytes)
     limit = None if memory_limit is None else parse_size(memory_limit)
     out_dir = None if output is None else Path(output)
     if not isinstance(batched, bool):

@@ -57,6 +57,7 @@ __all__ = [
     "group_splits",
     "input_identity",
     "locate",
+    "parse_split_bytes",
     "plan_splits",
     "read_split",
     "read_split_batches",
@@ -119,6 +120,25 @@ class Split:
 
     def __repr__(self) -> str:
         return f"Split({self.index}, {self.format}, {self.describe()})"
+
+
+def parse_split_bytes(value: int | str) -> int:
+    """``split_bytes`` as ``mapreduce`` and ``predict`` take it: bytes (``67108864``,
+    ``"64MB"``), or ``0`` (``"0"``) for one split per file, which a CSV file with quoted
+    fields that span lines needs.
+
+    Raises:
+        ConfigError: not a size, or negative.
+    """
+    from paralela.mapreduce._sizes import parse_bytes
+
+    size = parse_bytes(value, "split_bytes")
+    if size < 0:
+        raise ConfigError(
+            f"split_bytes must be 0 (one split per file) or a positive size like '64MB', "
+            f"got {value!r}."
+        )
+    return size
 
 
 def plan_splits(

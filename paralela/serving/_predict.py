@@ -171,16 +171,14 @@ def predict(
     their temporary files removed; finished shards stay in ``run_dir`` for the next call.
     """
     from paralela.mapping import imap
-    from paralela.mapreduce._api import parse_size
-    from paralela.mapreduce._inputs import MIN_SPLIT_BYTES, plan_splits
+    from paralela.mapreduce._inputs import MIN_SPLIT_BYTES, parse_split_bytes, plan_splits
     from paralela.mapreduce._output import check_output_dir, remove_temporaries
 
     started = time.perf_counter()
     check_model(model)
     name = model_name(model)
     _check_options(batch_size, output_format, keep_input, workers_per_gpu)
-    # 0: one shard per file (what a CSV file with quoted line breaks needs)
-    split_size = 0 if split_bytes in (0, "0") else parse_size(split_bytes, "split_bytes")
+    split_size = parse_split_bytes(split_bytes)  # 0: one shard per file
     backend_name = resolve("backend", backend, "processes")
     if backend_name not in BACKENDS:
         raise ConfigError(
