@@ -351,3 +351,20 @@ def test_a_setup_that_fails_stops_the_server_with_its_error() -> None:
     assert server.stop(None, timeout=60) == 1
     assert "no weights at /nowhere/model.pt" in server.stderr
     assert "FileNotFoundError" in server.stderr
+
+
+@pytest.mark.gpu
+def test_each_worker_holds_its_own_gpu() -> None:
+    from paralela.resources import detect
+
+    gpus = detect().gpus
+    if not gpus:
+        pytest.skip("needs an NVIDIA GPU")
+    with serving("serve_helpers:Echo", "--workers-per-device", "2") as server:
+        assert len(server.workers()) == 2 * len(gpus)
+        answers = asyncio.run(_clients(server.url, [{"input": i} for i in range(200)], 32))
+        outputs = [a.json()["output"] for a in answers]
+        assert {o["device"] for o in outputs} == {"cuda:0"}
+        seen = {o["cuda"] for o in outputs}
+        assert all(v and "," not in v for v in seen), "each worker sees exactly one GPU"
+        assert len(seen) == len(gpus), "the workers spread over every GPU"

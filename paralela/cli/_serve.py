@@ -82,7 +82,8 @@ def serve_command(
             "--workers",
             "-w",
             min=1,
-            help="Model workers. Default: one per GPU (x --workers-per-device), else one per CPU.",
+            help="Model workers. Default: one per GPU (x --workers-per-device), else one "
+            "per 4 CPUs.",
             show_default=False,
         ),
     ] = None,

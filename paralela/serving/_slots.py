@@ -24,14 +24,17 @@ def worker_slots(
     per_gpu: int,
     *,
     option: str = "workers_per_gpu",
+    cpus_per_worker: int = 1,
 ) -> list[Slot]:
     """A slot per model worker of this machine.
 
     Args:
-        workers: how many (default: one per GPU times ``per_gpu``, else one per CPU).
+        workers: how many (default: one per GPU times ``per_gpu``, else one per
+            ``cpus_per_worker`` CPUs).
         gpus: the GPUs to use (``"0,2"``), ``"none"`` for CPUs only, or None for all.
         per_gpu: workers sharing each GPU.
         option: the name ``per_gpu`` has for the caller, for messages.
+        cpus_per_worker: without GPUs and ``workers``, the CPUs each worker gets.
 
     Raises:
         ConfigError: ``workers`` is not a positive integer, ``per_gpu`` is not 1 without
@@ -56,4 +59,6 @@ def worker_slots(
             f"{'gpus=' + repr(gpus) + ' asks for none' if cpu_only else 'no GPU is visible'}"
             "; leave it at 1 (one worker per CPU), or run where GPUs are visible."
         )
+    if workers is None:
+        workers = max(1, resources.cpus.usable // cpus_per_worker)
     return make_slots(resources, n_slots=workers)

@@ -1,0 +1,102 @@
+"""The batcher of ``serve`` on its own event loop: batch limits, waiting, the bound."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from paralela.serving._serve_batcher import Batcher, QueueFull
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_a_full_batch_goes_at_once_and_the_rest_waits_for_the_next() -> None:
+    async def main() -> tuple[list[int], list[int], float]:
+        batcher = Batcher(max_batch=3, max_wait=10.0, max_queue=100)
+        batcher.put([1, 2, 3, 4])
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        first = [i.value for i in await batcher.take()]
+        took = loop.time() - started
+        batcher.put([5, 6])
+        second = [i.value for i in await batcher.take()]
+        return first, second, took
+
+    first, second, took = run(main())  # type: ignore[misc]
+    assert first == [1, 2, 3]
+    assert second == [4, 5, 6]
+    assert took < 1.0, "a full batch waited for max_wait"
+
+
+def test_a_batch_that_does_not_fill_goes_after_max_wait_from_its_first_input() -> None:
+    async def main() -> tuple[list[int], float]:
+        batcher = Batcher(max_batch=8, max_wait=0.2, max_queue=100)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        batcher.put([1])
+        loop.call_later(0.1, batcher.put, [2])
+        batch = await batcher.take()
+        return [i.value for i in batch], loop.time() - started
+
+    values, waited = run(main())  # type: ignore[misc]
+    assert values == [1, 2]
+    assert 0.18 <= waited < 0.6
+
+
+def test_max_wait_zero_takes_what_is_there() -> None:
+    async def main() -> list[int]:
+        batcher = Batcher(max_batch=8, max_wait=0.0, max_queue=100)
+        batcher.put([1, 2])
+        return [i.value for i in await batcher.take()]
+
+    assert run(main()) == [1, 2]
+
+
+def test_a_taker_waits_for_the_first_input() -> None:
+    async def main() -> list[int]:
+        batcher = Batcher(max_batch=2, max_wait=0.0, max_queue=100)
+        taking = asyncio.ensure_future(batcher.take())
+        await asyncio.sleep(0.05)
+        assert not taking.done()
+        batcher.put(["x"])
+        return [i.value for i in await taking]
+
+    assert run(main()) == ["x"]
+
+
+def test_the_queue_is_bounded_and_refuses_whole_requests() -> None:
+    async def main() -> int:
+        batcher = Batcher(max_batch=2, max_wait=0.0, max_queue=3)
+        batcher.put([1, 2])
+        with pytest.raises(QueueFull):
+            batcher.put([3, 4])  # would hold 4: nothing of it is queued
+        batcher.put([3])
+        return len(batcher)
+
+    assert run(main()) == 3
+
+
+def test_inputs_of_requests_that_left_are_dropped_and_free_the_queue() -> None:
+    async def main() -> list[int]:
+        batcher = Batcher(max_batch=4, max_wait=0.0, max_queue=3)
+        gone = batcher.put([1, 2])
+        batcher.put([3])
+        for future in gone:
+            future.cancel()  # the request timed out or its client left
+        batcher.put([4, 5])  # fits once the abandoned inputs are dropped
+        return [i.value for i in await batcher.take()]
+
+    assert run(main()) == [3, 4, 5]
+
+
+def test_fail_all_fails_every_waiting_input() -> None:
+    async def main() -> list[str]:
+        batcher = Batcher(max_batch=4, max_wait=0.0, max_queue=10)
+        futures = batcher.put([1, 2])
+        batcher.fail_all(RuntimeError("stopping"))
+        return [str(f.exception()) for f in futures]
+
+    assert run(main()) == ["stopping", "stopping"]
