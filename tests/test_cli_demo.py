@@ -20,6 +20,7 @@ from paralela.demos import (
     extract_features,
     run_map_demo,
     run_predict_demo,
+    run_serve_demo,
 )
 from paralela.demos._map_demo import FEATURES
 from paralela.errors import ConfigError
@@ -92,6 +93,15 @@ def test_demo_prints_the_table_the_speedup_and_the_equality_check(tmp_path: Path
     assert re.search(r"paralela\.predict: [\d,]+ records/s, starting 2 workers", out), out
     assert "Predictions equal: yes (1797 of 1797 images, paralela.predict == serial loop)." in out
     assert (demo_dir / "predict" / "output" / "_SUCCESS").is_file()
+    # The serve step: the same MLP behind paralela serve, 300 requests from 16 clients,
+    # every answer the model's own; batches formed; the server drained on SIGTERM.
+    for header in ("requests", "clients", "start s", "req/s", "p50 ms", "p99 ms", "mean batch"):
+        assert header in out
+    row = re.search(r"│\s+300 │\s+16 │ .* │\s+(\d+\.\d) │\n", out)
+    assert row is not None, out
+    assert float(row.group(1)) > 1.0, "16 concurrent clients never shared a batch"
+    assert "it drained and exited with status 0 on SIGTERM" in out
+    assert "Answers equal: yes (300 of 300" in " ".join(out.split())
     # The report of the three steps, their runs kept under one directory.
     sections = report_sections(out)
     assert [(s["kind"], s["path"]) for s in sections] == [
@@ -183,6 +193,8 @@ def test_demo_without_the_sweep_step(tmp_path: Path) -> None:
             "0",
             "--images",
             "0",
+            "--requests",
+            "0",
         ],
         cwd=tmp_path,  # the default demo directory: paralela-runs/demo-<time> here
         capture_output=True,
@@ -194,6 +206,7 @@ def test_demo_without_the_sweep_step(tmp_path: Path) -> None:
     assert "Hyperparameter sweep" not in proc.stdout
     assert "Data-parallel training" not in proc.stdout
     assert "Batch prediction" not in proc.stdout
+    assert "Serving" not in proc.stdout
     sections = report_sections(proc.stdout)
     assert [s["kind"] for s in sections] == ["map"]
     (demo_dir,) = (tmp_path / "paralela-runs").glob("demo-*")
@@ -205,3 +218,12 @@ def test_demo_refuses_a_run_dir_that_is_not_empty(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["demo", "--run-dir", str(tmp_path)])
     assert result.exit_code == 2
     assert "is not empty" in result.output
+
+
+def test_run_serve_demo_answers_like_the_model_and_stops_cleanly(tmp_path: Path) -> None:
+    result = run_serve_demo(requests=60, clients=8, run_dir=tmp_path)
+    assert result.agree == 60
+    assert result.exit_code == 0
+    assert result.url.startswith("http://127.0.0.1:")
+    assert result.mean_batch >= 1.0
+    assert (tmp_path / "digits-mlp.pt").is_file()  # trained there, as none was given

@@ -23,9 +23,10 @@ DEMO_HELP = (
     "with paralela.sweep: one trial per slot, median pruning, and trains it with 2 "
     "data-parallel ranks started by paralela launch (DDP), and classifies the digits "
     "with the trained MLP through paralela.predict on every worker, checking the "
-    "predictions against a serial loop. Takes about 30-40 s on 2 cores.\n\n"
+    "predictions against a serial loop; then serves it with paralela serve, queried by "
+    "concurrent clients, and stops it. Takes about 40-50 s on 2 cores.\n\n"
     "Each step keeps its run directory under one demo directory (map/, sweep/, launch/, "
-    "predict/); "
+    "predict/, serve/); "
     "the demo ends by writing their HTML report there (paralela report) and printing "
     "its file:// URL."
 )
@@ -33,8 +34,8 @@ DEMO_HELP = (
 
 @app.command(
     help=DEMO_HELP,
-    short_help="Run a map, a sweep, a 2-rank training and a batch prediction, and show what "
-    "they measured.",
+    short_help="Run a map, a sweep, a 2-rank training, a batch prediction and a model "
+    "server, and show what they measured.",
     epilog="Exit codes: 0 ok; 1 the parallel results differ from the serial ones; 2 bad usage.",
 )
 def demo(
@@ -78,6 +79,15 @@ def demo(
             show_default=False,
         ),
     ] = 1797,
+    requests: Annotated[
+        int,
+        typer.Option(
+            "--requests",
+            min=0,
+            help="Requests of the serve step (the digits MLP behind paralela serve, 16 "
+            "clients); 0 skips it.",
+        ),
+    ] = 300,
     run_dir: Annotated[
         Path | None,
         typer.Option(
@@ -142,6 +152,8 @@ def demo(
         _training_step(console, ranks, directory / "launch")
     if images > 0:
         _predict_step(console, images, workers, directory / "predict")
+    if requests > 0:
+        _serve_step(console, requests, directory / "predict" if images > 0 else directory / "serve")
     _report_step(console, directory)
 
 
@@ -296,4 +308,54 @@ def _predict_step(console: Any, images: int, workers: int | None, directory: Pat
     console.print(
         f"Predictions equal: yes ({run.images} of {run.images} images, paralela.predict "
         "== serial loop)."
+    )
+
+
+def _serve_step(console: Any, requests: int, directory: Path) -> None:
+    """The serve step: the digits MLP behind ``paralela serve``, queried, stopped."""
+    from rich.table import Table
+
+    from paralela.demos import run_serve_demo
+    from paralela.errors import MissingExtraError
+
+    clients = 16
+    console.print(
+        f"\n[bold]Serving[/bold]: paralela serve starts the digits MLP behind HTTP on "
+        f"127.0.0.1; {clients} clients send {requests} images, then SIGTERM stops it..."
+    )
+    try:
+        run = run_serve_demo(requests, clients, run_dir=directory)
+    except MissingExtraError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except RuntimeError as exc:
+        fail(str(exc), EXIT_FAILED)
+    table = Table(title="Serving: digits MLP over HTTP", title_justify="left")
+    for column in ("requests", "clients", "start s", "req/s", "p50 ms", "p99 ms", "mean batch"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        str(run.requests),
+        str(run.clients),
+        f"{run.start_seconds:.1f}",
+        f"{run.rate:,.0f}",
+        f"{run.p50_ms:.1f}",
+        f"{run.p99_ms:.1f}",
+        f"{run.mean_batch:.1f}",
+    )
+    console.print(table)
+    console.print(
+        f"paralela serve on {run.url}: one model worker; the server grouped the concurrent "
+        f"requests into batches of {run.mean_batch:.1f} images on average (dynamic "
+        f"batching); it drained and exited with status {run.exit_code} on SIGTERM.",
+        soft_wrap=True,
+    )
+    if run.agree != run.requests or run.exit_code != 0:
+        fail(
+            f"Answers equal: {'no' if run.agree != run.requests else 'yes'}. "
+            f"{run.requests - run.agree} of {run.requests} answers differ from the model's "
+            f"own; the server exited with {run.exit_code}.",
+            EXIT_FAILED,
+        )
+    console.print(
+        f"Answers equal: yes ({run.requests} of {run.requests}, each == the model's own "
+        "answer for its image alone)."
     )

@@ -4,6 +4,7 @@ and returns what it measured; the command line only prints it."""
 from paralela.demos._ddp_demo import DdpDemoResult, run_ddp_demo
 from paralela.demos._map_demo import DEFAULT_ITEMS, MapDemoResult, extract_features, run_map_demo
 from paralela.demos._predict_demo import PredictDemoResult, run_predict_demo
+from paralela.demos._serve_demo import ServeDemoResult, run_serve_demo
 from paralela.demos._sweep_demo import SweepDemoResult, run_sweep_demo
 
 __all__ = [
@@ -11,10 +12,12 @@ __all__ = [
     "DdpDemoResult",
     "MapDemoResult",
     "PredictDemoResult",
+    "ServeDemoResult",
     "SweepDemoResult",
     "extract_features",
     "run_ddp_demo",
     "run_map_demo",
     "run_predict_demo",
+    "run_serve_demo",
     "run_sweep_demo",
 ]
