@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine (Python >= 3.10 with venv):
-#   make demo   install paralela (with torch, the sweep and example extras) in .venv and run `paralela demo`
+#   make demo   install paralela (with torch, the sweep, example and serve extras) in .venv and run `paralela demo`
 #   make test   install it with the dev tools, start the local Slurm cluster, run lint,
 #               types and the tests
 PYTHON ?= python3
@@ -16,7 +16,7 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[sweep,examples]' $(EDITABLE)
+	$(BIN)/python -m pip install --quiet -e '.[sweep,examples,serve]' $(EDITABLE)
 
 install-dev: $(BIN)/python
 	$(BIN)/python -m pip install --quiet torch==2.13.0
