@@ -143,6 +143,27 @@ def test_a_body_that_is_not_json_is_422(echo: Server) -> None:
     assert "JSON" in str(answer.json()["detail"])
 
 
+def test_a_body_that_is_not_utf8_is_400_saying_so(echo: Server) -> None:
+    answer = httpx.post(
+        f"{echo.url}/predict",
+        content=b'{"input": "\xff\xfe"}',
+        headers={"content-type": "application/json"},
+    )
+    assert answer.status_code == 400
+    assert "not JSON text (UTF-8)" in answer.json()["error"]
+
+
+def test_a_body_sent_as_a_form_is_415_and_one_with_no_type_is_read_as_json(echo: Server) -> None:
+    form = httpx.post(f"{echo.url}/predict", content=b'{"input": 1}',
+                      headers={"content-type": "application/x-www-form-urlencoded"})  # fmt: skip
+    assert form.status_code == 415
+    assert "Content-Type: application/json" in form.json()["error"]
+    untyped = httpx.post(f"{echo.url}/predict", content=b'{"input": 1}')  # no Content-Type
+    assert "content-type" not in untyped.request.headers
+    assert untyped.status_code == 200
+    assert untyped.json()["output"]["x"] == 1
+
+
 def test_a_body_over_the_limit_is_413(echo: Server) -> None:
     big = {"input": "x" * (2 << 20)}
     assert _post(echo, big).status_code == 413
@@ -338,6 +359,29 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0() -> None:
                     and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]  # fmt: skip
     finally:
         server.stop()
+
+
+def test_ctrl_c_during_setup_stops_at_once_and_leaves_no_worker() -> None:
+    import psutil
+
+    server = start("serve_helpers:Echo", "--workers", "2", env={"SERVE_SETUP_S": "60"})
+    try:
+        deadline = time.monotonic() + 30
+        while len(server.workers()) < 2:  # both workers are in their 60 s setup
+            assert time.monotonic() < deadline, server.stderr
+            time.sleep(0.05)
+        workers = server.workers()
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert server.stop(signal.SIGINT) == 0
+        assert time.monotonic() - started < 5, "Ctrl-C waited for the workers' setup"
+        time.sleep(0.2)
+        alive = [p for p in workers if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]  # fmt: skip
+        assert not alive
+        assert "Traceback" not in server.stderr
+    finally:
+        server.stop(signal.SIGKILL)
 
 
 def test_ctrl_c_stops_the_server_cleanly() -> None:

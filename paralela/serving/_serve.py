@@ -140,6 +140,7 @@ def serve(
         server.run(sockets=[sock])
     finally:
         sock.close()
+        pool.kill()  # after a forced exit (a second Ctrl-C) the lifespan did not stop them
     if fatal:
         raise fatal[0]
 

@@ -5,7 +5,8 @@
     Guard (pure ASGI: token, body size, status and latency counts)
       └ FastAPI
           POST /predict   {"input": x} -> {"output": y};  {"inputs": [..]} -> {"outputs": [..]}
-                          422 a malformed body (FastAPI names the field), 413 too large,
+                          422 a malformed body (FastAPI names the field), 400 not UTF-8
+                          JSON, 415 not sent as JSON, 413 too large,
                           503 + Retry-After queue full or worker died, 504 timed out,
                           500 the model failed on this input
           GET  /health    200 ready (or degraded: some workers restarting), 503 starting
@@ -124,6 +125,11 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
         return Response(b'{"outputs":[' + b",".join(result) + b"]}",
                         media_type="application/json")  # fmt: skip
 
+    @app.exception_handler(400)
+    async def unreadable(request: Any, exc: Any) -> Response:  # FastAPI's "error parsing"
+        return _json(400, {"error": "the body is not JSON text (UTF-8): "
+                                    f"{getattr(exc, 'detail', exc)}"})  # fmt: skip
+
     # The body's model is made at run time: given to FastAPI as the real annotation.
     predict.__annotations__["body"] = request_model
     app.post("/predict", responses=responses, response_model=_response_model(model))(predict)
@@ -201,6 +207,17 @@ class Guard:
                                         "'Authorization: Bearer <token>'"},
                             [(b"www-authenticate", b"Bearer")])  # fmt: skip
                 return
+        kind: bytes | None = headers.get(b"content-type")
+        if scope["path"] != "/predict":
+            pass
+        elif kind is None:  # as JSON, which it must be
+            scope["headers"] = [*scope["headers"], (b"content-type", b"application/json")]
+        elif b"json" not in kind.lower():
+            self.metrics.requests[415] += 1
+            shown = kind.decode("latin-1")
+            await _send(send, 415, {"error": "the body is JSON: send the header 'Content-Type: "
+                                    f"application/json', not {shown!r}"})  # fmt: skip
+            return
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             await self._too_large(send)

@@ -22,11 +22,12 @@ import contextlib
 import functools
 import os
 import pickle
+import queue
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -56,21 +57,66 @@ def _say(message: str) -> None:
     print(f"paralela serve: {message}", file=sys.stderr, flush=True)
 
 
+class _Thread:
+    """A daemon thread that runs blocking calls one at a time for the event loop. Unlike an
+    executor's, it never holds up the interpreter's exit (a worker's pipe can block it)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name=name, daemon=True).start()
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put((loop, future, fn, args))
+        return future
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, future, fn, args = job
+            try:
+                outcome: tuple[Any, ...] = (fn(*args), None)
+            except BaseException as exc:
+                outcome = (None, exc)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, future, *outcome)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
 class _Worker:
     """One model worker process and the thread that talks to it."""
 
     def __init__(self, index: int, env: dict[str, str]) -> None:
         self.index = index
         self.env = env
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"paralela-serve-{index}")
+        self.thread = _Thread(f"paralela-serve-{index}")
         self.process: subprocess.Popen[bytes] | None = None
         self.conn: Connection | None = None
         self.ready = False
         self.idle = False  # waiting for a batch: a death then is noticed by its pidfd
+        self.starting = False  # between the process's start and the end of its setup
         self.device = "?"
 
     def start(self, model_bytes: bytes) -> None:
         """Start the process and wait for its setup (blocking: on the worker's thread)."""
+        self.starting = True
+        try:
+            self._start(model_bytes)
+        finally:
+            self.starting = False
+
+    def _start(self, model_bytes: bytes) -> None:
         ours, theirs = socket.socketpair()
         try:
             self.process = subprocess.Popen(
@@ -131,13 +177,16 @@ class _Worker:
                 self.process.kill()
 
     def close(self) -> None:
-        """Close the connection (the worker exits at end of file) and reap the process."""
+        """Close the connection (the worker exits at end of file) and reap the process;
+        a worker still in ``setup``, or that does not exit within 2 s, is killed."""
+        if self.starting:
+            self.kill()  # its thread waits in recv for setup: closing would not wake it
         if self.conn is not None:
             with contextlib.suppress(OSError):
                 self.conn.close()
         if self.process is not None:
             try:
-                self.process.wait(timeout=5.0)
+                self.process.wait(timeout=2.0)
             except subprocess.TimeoutExpired:
                 self.kill()
                 self.process.wait()
@@ -210,14 +259,20 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, w.close) for w in self.workers))
         for w in self.workers:
-            w.thread.shutdown(wait=False)
+            w.thread.stop()
+
+    def kill(self) -> None:
+        """SIGKILL every worker still running: the last resort when the server stops
+        without a graceful shutdown (a second Ctrl-C)."""
+        for w in self.workers:
+            w.kill()
 
     async def _run(self, worker: _Worker) -> None:
         loop = asyncio.get_running_loop()
         failures = 0
         while not self._closing:
             try:
-                await loop.run_in_executor(worker.thread, worker.start, self._model_bytes)
+                await worker.thread.run(worker.start, self._model_bytes)
             except _SetupFailed as exc:
                 failures += 1
                 if not self._started or failures >= SETUP_ATTEMPTS:
@@ -257,7 +312,7 @@ class WorkerPool:
             self.metrics.batch_size.observe(len(batch))
             payload = pickle.dumps([item.value for item in batch], pickle.HIGHEST_PROTOCOL)
             sent = loop.time()
-            call = loop.run_in_executor(worker.thread, worker.call, payload)
+            call = worker.thread.run(worker.call, payload)
             try:
                 _, outputs = await asyncio.wait_for(asyncio.shield(call), self.hang_timeout)
             except asyncio.TimeoutError:
