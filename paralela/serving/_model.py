@@ -112,11 +112,17 @@ class LoadedModel:
     def __init__(self, cls: type, device: str) -> None:
         self.name = model_name(cls)
         self.device = device
+        from paralela.serving._litapi import LitApiAdapter, is_litapi, prepare
+
         try:
             self.instance = cls()
+            if is_litapi(cls):
+                prepare(self.instance, device)
             setup = getattr(self.instance, "setup", None)
             if setup is not None:
                 setup(device)
+            if is_litapi(cls):
+                self.instance = LitApiAdapter(self.instance)
         except Exception as exc:
             raise ModelError(
                 f"{self.name} failed to set up on {device}: {type(exc).__name__}: {exc}"

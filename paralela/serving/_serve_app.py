@@ -9,6 +9,7 @@
                           JSON, 415 not sent as JSON, 413 too large,
                           503 + Retry-After queue full or worker died, 504 timed out,
                           500 the model failed on this input
+                          (a LitServe LitAPI class: the whole body in, its whole answer out)
           GET  /health    200 ready (or degraded: some workers restarting), 503 starting
           GET  /metrics   Prometheus text
           GET  /docs      OpenAPI docs, with the model's input_model/output_model schemas
@@ -28,9 +29,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from paralela.serving._litapi import is_litapi
 from paralela.serving._model import model_name
 from paralela.serving._serve_batcher import Batcher, QueueFull
 from paralela.serving._serve_metrics import CONTENT_TYPE, Metrics
@@ -64,7 +66,6 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = No
 def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
               options: ServeOptions) -> Any:  # fmt: skip
     """The ASGI app: FastAPI behind :class:`Guard`."""
-    request_model = _request_model(model)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -89,11 +90,9 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
         504: {"description": "No answer within the server's timeout."},
     }
 
-    async def predict(body: Any) -> Response:
-        single = "input" in body.model_fields_set
-        values = [body.input] if single else body.inputs
-        if hasattr(model, "input_model") and getattr(model, "input_model", None) is not None:
-            values = [v.model_dump() for v in values]  # validated again by the worker
+    async def answer(values: list[Any], wrap: bool, single: bool) -> Response:
+        """Queue ``values``, wait for their outputs; the response (``wrap``: in
+        ``{"output": ..}`` or ``{"outputs": [..]}``, else the single output as it is)."""
         if not values:
             return Response(b'{"outputs":[]}', media_type="application/json")
         if len(values) > batcher.max_queue:
@@ -119,20 +118,41 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
         outputs = [result] if single else result
         failed = next((o for o in outputs if isinstance(o, Failed)), None)
         if failed is not None:
-            return _json(500, {"error": failed.message})
+            return _json(failed.status, {"error": failed.message})
+        if not wrap:
+            return Response(result, media_type="application/json")
         if single:
             return Response(b'{"output":' + result + b"}", media_type="application/json")
         return Response(b'{"outputs":[' + b",".join(result) + b"]}",
                         media_type="application/json")  # fmt: skip
+
+    async def predict(body: Any) -> Response:
+        single = "input" in body.model_fields_set
+        values = [body.input] if single else body.inputs
+        if getattr(model, "input_model", None) is not None:
+            values = [v.model_dump() for v in values]  # validated again by the worker
+        return await answer(values, True, single)
+
+    async def predict_litapi(request: Request) -> Response:
+        """A LitAPI's endpoint: the whole body to its ``decode_request``, the whole answer
+        from its ``encode_response``."""
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            return _json(400, {"error": f"the body is not JSON text (UTF-8): {exc}"})
+        return await answer([body], False, True)
 
     @app.exception_handler(400)
     async def unreadable(request: Any, exc: Any) -> Response:  # FastAPI's "error parsing"
         return _json(400, {"error": "the body is not JSON text (UTF-8): "
                                     f"{getattr(exc, 'detail', exc)}"})  # fmt: skip
 
-    # The body's model is made at run time: given to FastAPI as the real annotation.
-    predict.__annotations__["body"] = request_model
-    app.post("/predict", responses=responses, response_model=_response_model(model))(predict)
+    if is_litapi(model):
+        app.post("/predict", responses=responses)(predict_litapi)
+    else:
+        # The body's model is made at run time: given to FastAPI as the real annotation.
+        predict.__annotations__["body"] = _request_model(model)
+        app.post("/predict", responses=responses, response_model=_response_model(model))(predict)
 
     @app.get("/health")
     async def health() -> Response:

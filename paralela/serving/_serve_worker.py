@@ -34,15 +34,27 @@ __all__ = ["Failed", "encode_outputs", "main"]
 
 
 class Failed:
-    """An input whose prediction failed; the server answers its request with a 500."""
+    """An input whose prediction failed; the server answers its request with ``status``:
+    500, or the ``status_code`` of the HTTP exception the model raised (FastAPI's and
+    Starlette's ``HTTPException``, as LitServe APIs raise to refuse a request)."""
 
-    __slots__ = ("message",)
+    __slots__ = ("message", "status")
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, status: int = 500) -> None:
         self.message = message
+        self.status = status
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Failed, (self.message,))
+        return (Failed, (self.message, self.status))
+
+    @classmethod
+    def of(cls, error: BaseException) -> Failed:
+        """The failure a model's error means (a ModelError's cause is the user's own)."""
+        cause = error.__cause__
+        status = getattr(cause, "status_code", None)
+        if isinstance(status, int) and 400 <= status < 600:
+            return cls(str(getattr(cause, "detail", None) or cause), status)
+        return cls(str(error))
 
 
 def _default(value: Any) -> Any:
@@ -80,14 +92,14 @@ def _predict(model: Any, inputs: list[Any], input_model: Any, output_model: Any)
         return encode_outputs(model.predict(inputs), output_model)
     except ModelError as exc:
         if len(inputs) == 1:
-            return [Failed(str(exc))]
+            return [Failed.of(exc)]
     # One input broke the batch: run each alone, so the others still get their answer.
     results: list[Any] = []
     for item in inputs:
         try:
             results.extend(encode_outputs(model.predict([item]), output_model))
         except ModelError as exc:
-            results.append(Failed(str(exc)))
+            results.append(Failed.of(exc))
     return results
 
 
