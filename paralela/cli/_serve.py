@@ -108,9 +108,10 @@ def serve_command(
         typer.Option(
             "--max-wait-ms",
             min=0,
-            help="How long a batch that is not full waits for more inputs.",
+            help="How long a free worker waits for a fuller batch (0: takes what is waiting; "
+            "batches grow anyway while the workers are busy).",
         ),
-    ] = 2.0,
+    ] = 0.0,
     max_queue: Annotated[
         int,
         typer.Option(

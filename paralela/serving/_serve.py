@@ -42,7 +42,7 @@ def serve(
     workers_per_device: int = 1,
     gpus: str | Sequence[str | int] | None = None,
     max_batch: int = 32,
-    max_wait_ms: float = 2.0,
+    max_wait_ms: float = 0.0,
     max_queue: int = 1024,
     timeout: float = 30.0,
     token: str | None = None,
@@ -70,7 +70,8 @@ def serve(
         gpus: the GPUs to use (``"0,2"``), or ``"none"`` for CPUs only.
         max_batch: the most inputs per ``predict`` call.
         max_wait_ms: how long a batch smaller than ``max_batch`` waits for more inputs,
-            from its first input's arrival. Under load batches fill without waiting.
+            from its first input's arrival (default: not at all). Under load batches
+            fill without waiting, as inputs queue while the workers are busy.
         max_queue: the most inputs waiting; beyond, requests get 503 with Retry-After.
         timeout: seconds a request waits for its answer before a 504; a batch that takes
             longer than this (plus 10 s) has its worker killed and restarted.
