@@ -21,7 +21,8 @@ From a shell, with paralela's commands::
     paralela predict examples/serve_embeddings.py:Embedder --input sentences.txt \\
                      --output embeddings/ --batch-size 64
     paralela serve examples/serve_embeddings.py:Embedder --port 8000
-    curl -s localhost:8000/predict -d '{"inputs": ["a cat sat on the mat", "hello"]}'
+    curl -s localhost:8000/predict -H 'content-type: application/json' \\
+         -d '{"inputs": ["a cat sat on the mat", "hello"]}'
 
 ``predict`` writes ``embeddings/part-NNNNN.jsonl``, one row per line of the input with
 the line as ``input`` and its embedding as ``output``; ``serve`` answers
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 import paralela
@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     http = commands.add_parser("serve", help="answer POST /predict over HTTP")
     http.add_argument("--host", default="127.0.0.1")
     http.add_argument("--port", type=int, default=8000, help="0: a free port (default 8000)")
-    http.add_argument("--workers", type=int, default=None, help="default: one per CPU or GPU")
+    http.add_argument(
+        "--workers", type=int, default=None, help="default: one per GPU, else one per 4 CPUs"
+    )
     args = parser.parse_args(argv)
     if args.command == "predict":
         # workers left out (not None) so that paralela.config and $PARALELA_WORKERS apply
@@ -125,11 +127,8 @@ def main(argv: list[str] | None = None) -> None:
         print(result)
         print(f"embeddings in {result.output}: {len(result.files)} part files")
     else:  # blocks until Ctrl-C or SIGTERM, then drains the requests in flight
-        serve: Any = getattr(paralela, "serve", None)
-        if serve is None:
-            sys.exit("serve_embeddings.py: this version of paralela has no paralela.serve")
         given = {} if args.workers is None else {"workers": args.workers}
-        serve(Embedder, host=args.host, port=args.port, **given)
+        paralela.serve(Embedder, host=args.host, port=args.port, **given)
 
 
 if __name__ == "__main__":

@@ -201,6 +201,50 @@ def test_serve_embeddings_embeds_offline_and_predict_equals_a_serial_loop(
     serial = [v for i in range(0, 25, 8) for v in model.predict(sentences[i : i + 8])]
     assert np.allclose([row["output"] for row in rows], serial, atol=1e-5)
 
+    # The script's serve command: the class of its __main__ behind paralela.serve.
+    served = _serve_script(EXAMPLES / "serve_embeddings.py", sentences[:6])
+    alone = [model.predict([s])[0] for s in sentences[:6]]
+    assert np.allclose(served, alone, atol=1e-4)  # padded in a batch: float32 noise only
+
+
+def _serve_script(script: Path, sentences: list[str]) -> list[list[float]]:
+    """Run ``SCRIPT serve --port 0``, ask it for ``sentences`` (one request each, at
+    once), stop it with SIGTERM (it must exit 0) and return the embeddings."""
+    import asyncio
+    import signal
+
+    import httpx
+
+    process = subprocess.Popen(
+        [sys.executable, str(script), "serve", "--port", "0", "--workers", "1"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        while "ready on" not in line:
+            assert line, "the server exited before it was ready"
+            line = process.stderr.readline()
+        url = re.search(r"(http://\S+)", line).group(1)  # type: ignore[union-attr]
+
+        async def ask() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=60) as http:
+                return await asyncio.gather(
+                    *(http.post(f"{url}/predict", json={"input": s}) for s in sentences)
+                )
+
+        answers = asyncio.run(ask())
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+        return [a.json()["output"] for a in answers]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+
 
 def test_digits_model_predicts_like_a_serial_loop(tmp_path: Path) -> None:
     out = run_example("digits_model.py", tmp_path, "--workers", "2")
