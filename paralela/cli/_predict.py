@@ -28,7 +28,7 @@ from paralela.cli._errors import (
 from paralela.cli._load import load_function
 from paralela.errors import MissingExtraError, ParalelaError
 
-__all__ = ["predict_command"]
+__all__ = ["GpusOption", "ModelArgument", "load_model", "predict_command"]
 
 
 class Format(str, enum.Enum):
@@ -56,6 +56,26 @@ PREDICT_HELP = (
 )
 
 
+# The model class and the GPUs: the same for `paralela predict` and `paralela serve`.
+ModelArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="MODULE:CLASS",
+        help="The model class: models:Embedder (models.py here) or path/to/file.py:Embedder.",
+        show_default=False,
+    ),
+]
+GpusOption = Annotated[
+    str | None,
+    typer.Option(
+        "--gpus",
+        metavar="IDS",
+        help="GPUs to use ('0,2'), or 'none' for CPUs only. Default: every visible GPU.",
+        show_default=False,
+    ),
+]
+
+
 def _parse_options(pairs: list[str]) -> dict[str, str]:
     options: dict[str, str] = {}
     for pair in pairs:
@@ -69,7 +89,7 @@ def _parse_options(pairs: list[str]) -> dict[str, str]:
     return options
 
 
-def _load_model(spec: str) -> Any:
+def load_model(spec: str) -> Any:
     """The class ``spec`` names, checked (exit 2 with what to do when it is not a model)."""
     from paralela.serving import check_model
 
@@ -88,14 +108,7 @@ def _load_model(spec: str) -> Any:
     no_args_is_help=True,
 )
 def predict_command(
-    model: Annotated[
-        str,
-        typer.Argument(
-            metavar="MODULE:CLASS",
-            help="The model class: models:Embedder (models.py here) or path/to/file.py:Embedder.",
-            show_default=False,
-        ),
-    ],
+    model: ModelArgument,
     input_: Annotated[
         list[str],
         typer.Option(
@@ -177,15 +190,7 @@ def predict_command(
         str,
         typer.Option("--split-bytes", metavar="SIZE", help="The most bytes of a file per shard."),
     ] = "16MiB",
-    gpus: Annotated[
-        str | None,
-        typer.Option(
-            "--gpus",
-            metavar="IDS",
-            help="GPUs to use ('0,2'), or 'none' for CPUs only. Default: every visible GPU.",
-            show_default=False,
-        ),
-    ] = None,
+    gpus: GpusOption = None,
     workers_per_gpu: Annotated[
         int,
         typer.Option("--workers-per-gpu", min=1, help="Workers sharing each GPU (small models)."),
@@ -216,7 +221,7 @@ def predict_command(
     :class:`typer.Exit` with the codes of :mod:`paralela.cli._errors`."""
     from paralela.serving._predict import predict
 
-    cls = _load_model(model)
+    cls = load_model(model)
     options = _parse_options(option or [])
     try:
         result = predict(

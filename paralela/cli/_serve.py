@@ -17,7 +17,7 @@ import typer
 
 from paralela.cli._app import app
 from paralela.cli._errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_USAGE, fail
-from paralela.cli._predict import _load_model
+from paralela.cli._predict import GpusOption, ModelArgument, load_model
 from paralela.errors import ConfigError, MissingExtraError
 from paralela.serving._model import ModelError
 
@@ -27,8 +27,8 @@ SERVE_HELP = (
     "Serve the model class MODULE:CLASS over HTTP on this machine, one model worker per "
     "GPU (or per CPU share), with dynamic batching.\n\n"
     "Example: paralela serve models.py:Embedder --port 8000 --max-batch 64\n\n"
-    'POST /predict with {"input": x} answers {"output": y}; with {"inputs": [x, ...]} '
-    'it answers {"outputs": [y, ...]}. GET /health is 200 once every worker has run '
+    'POST /predict with {"input": x} answers {"output": y}; with {"inputs": \\[x, ...]} '
+    'it answers {"outputs": \\[y, ...]}. GET /health is 200 once every worker has run '
     "setup, GET /metrics is in Prometheus's format, /docs shows the API. It listens on "
     "127.0.0.1 unless --host says otherwise; give --token-file when it does. SIGINT or "
     "SIGTERM stops it after the requests in flight are answered."
@@ -46,7 +46,7 @@ def _read_token(path: Path) -> str:
 
 
 def _parse_bytes(text: str) -> int:
-    from paralela.mapreduce._api import parse_size
+    from paralela.mapreduce._sizes import parse_size
 
     try:
         return parse_size(text, "--max-body")
@@ -62,14 +62,7 @@ def _parse_bytes(text: str) -> int:
     no_args_is_help=True,
 )
 def serve_command(
-    model: Annotated[
-        str,
-        typer.Argument(
-            metavar="MODULE:CLASS",
-            help="The model class: models:Embedder (models.py here) or path/to/file.py:Embedder.",
-            show_default=False,
-        ),
-    ],
+    model: ModelArgument,
     host: Annotated[
         str, typer.Option("--host", help="Address to listen on (0.0.0.0: every interface).")
     ] = "127.0.0.1",
@@ -91,15 +84,7 @@ def serve_command(
         int,
         typer.Option("--workers-per-device", min=1, help="Workers sharing each GPU."),
     ] = 1,
-    gpus: Annotated[
-        str | None,
-        typer.Option(
-            "--gpus",
-            metavar="IDS",
-            help="GPUs to use ('0,2'), or 'none' for CPUs only. Default: every visible GPU.",
-            show_default=False,
-        ),
-    ] = None,
+    gpus: GpusOption = None,
     max_batch: Annotated[
         int, typer.Option("--max-batch", min=1, help="The most inputs per predict call.")
     ] = 32,
@@ -143,7 +128,7 @@ def serve_command(
     the codes of :mod:`paralela.cli._errors`."""
     from paralela.serving._serve import serve
 
-    cls = _load_model(model)
+    cls = load_model(model)
     token = _read_token(token_file) if token_file is not None else None
     if host not in ("127.0.0.1", "localhost", "::1") and token is None:
         typer.echo(
