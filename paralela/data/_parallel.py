@@ -1,0 +1,378 @@
+"""The stages of a pipeline that run work beside the consumer: ``map`` on threads or
+processes, ``interleave`` over several sources at once, and ``prefetch``.
+
+::
+
+    upstream ──next()──> Map: a window of at most `workers` elements in flight
+                           threads: a daemon pool (never holds up the interpreter's exit)
+                           processes: the processes backend (arrays through shared memory)
+                         deterministic: hands out in input order; else as they finish
+                         the time its consumer waits on the window is its wait_seconds,
+                         which the tuner reads to grow or shrink `workers`
+    Interleave: cycle_length sources open at once, each read ahead by a thread of its own
+    Prefetch: a thread that keeps a bounded queue of the next n elements full
+
+Errors are the user's own exceptions, re-raised in the consumer with a note naming the
+stage and the element's position (counted from 0 at the stage's input) and, from a
+process, the remote traceback as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from typing import Any
+
+from paralela.data._stats import StageStats
+from paralela.data._tuner import Tuner
+from paralela.errors import add_note
+
+__all__ = ["DaemonPool", "Interleave", "Map", "Prefetch", "Stage", "timed_call"]
+
+_END = object()
+
+
+class Stage(Iterator[Any]):
+    """A running stage: an iterator over its output that can be closed, with counters."""
+
+    def __init__(self, upstream: Stage | None, stats: StageStats) -> None:
+        self.upstream = upstream
+        self.stats = stats
+
+    def __iter__(self) -> Stage:
+        return self
+
+    def __next__(self) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop this stage's workers, then those of the stages above it."""
+        if self.upstream is not None:
+            self.upstream.close()
+
+    def pull(self) -> Any:
+        """The next element from upstream, or ``_END``."""
+        assert self.upstream is not None
+        return next(self.upstream, _END)
+
+
+def failed(exc: BaseException, stats: StageStats, position: int) -> BaseException:
+    """``exc`` with a note naming the stage and the element (raised as it is)."""
+    add_note(
+        exc,
+        f"paralela.data: in stage {stats.name}, on its element {position} "
+        "(counted from 0 at the stage's input)",
+    )
+    exc.paralela_stage = stats.name  # type: ignore[attr-defined]
+    exc.paralela_position = position  # type: ignore[attr-defined]
+    return exc
+
+
+def timed_call(fn: Callable[[Any], Any], element: Any, process: bool) -> tuple[Any, float, float]:
+    """``fn(element)``, with the CPU time and wall time it took (in a worker)."""
+    clock = time.process_time if process else time.thread_time
+    cpu, wall = clock(), time.perf_counter()
+    result = fn(element)
+    return result, clock() - cpu, time.perf_counter() - wall
+
+
+class DaemonPool:
+    """Threads for a stage, started as needed up to ``max_workers``; daemons, so that a
+    function stuck in I/O never holds up the interpreter's exit."""
+
+    def __init__(self, max_workers: int, name: str) -> None:
+        self.max_workers = max_workers
+        self.name = name
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads = 0
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._jobs.put((future, fn, args))
+        with self._lock:
+            if self._idle == 0 and self._threads < self.max_workers:
+                self._threads += 1
+                threading.Thread(target=self._work, name=self.name, daemon=True).start()
+        return future
+
+    def shutdown(self) -> None:
+        for _ in range(self._threads):
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._idle -= 1
+            if job is None:
+                return
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+
+class Map(Stage):
+    """``fn`` over every element, ``workers`` at a time, on threads or processes."""
+
+    def __init__(
+        self,
+        upstream: Stage,
+        stats: StageStats,
+        fn: Callable[[Any], Any],
+        *,
+        workers: int | None,
+        kind: str,
+        deterministic: bool,
+        tuner: Tuner,
+        maximum: int,
+    ) -> None:
+        super().__init__(upstream, stats)
+        self.fn = fn
+        self.kind = kind
+        self.deterministic = deterministic
+        self.tuner = tuner
+        self.tuned = tuner.register(stats, maximum) if workers is None else None
+        if workers is not None:
+            stats.set_workers(workers)
+        elif not stats.history:  # a repeat's rebuild keeps what was tuned
+            stats.set_workers(1)
+        self.window: collections.deque[tuple[int, Future[Any]]] = collections.deque()
+        self.position = 0
+        self.exhausted = False
+        self.backend: Any = None
+        self.pool: DaemonPool | None = None
+        if kind == "process":
+            from paralela.backends._processes import ProcessBackend
+
+            self.backend = ProcessBackend(maximum if workers is None else workers)
+        else:
+            self.pool = DaemonPool(maximum if workers is None else workers, stats.name)
+
+    def _submit(self, element: Any) -> Future[Any]:
+        process = self.kind == "process"
+        if process:
+            future: Future[Any] = self.backend.submit(timed_call, self.fn, element, True)
+            return future
+        assert self.pool is not None
+        return self.pool.submit(timed_call, self.fn, element, False)
+
+    def _fill(self) -> None:
+        while not self.exhausted and len(self.window) < self.stats.workers:
+            element = self.pull()
+            if element is _END:
+                self.exhausted = True
+                return
+            self.window.append((self.position, self._submit(element)))
+            self.position += 1
+
+    def __next__(self) -> Any:
+        if self.tuned is not None:
+            ready = sum(f.done() for _, f in self.window)
+            self.tuner.tick(self.tuned, ready)
+        self._fill()
+        if not self.window:
+            raise StopIteration
+        started = time.perf_counter()
+        if self.deterministic:
+            position, future = self.window.popleft()
+            wait([future])
+        else:
+            done, _ = wait([f for _, f in self.window], return_when=FIRST_COMPLETED)
+            index = next(i for i, (_, f) in enumerate(self.window) if f in done)
+            position, future = self.window[index]
+            del self.window[index]
+        self.stats.wait_seconds += time.perf_counter() - started
+        self.stats.queue = sum(f.done() for _, f in self.window)
+        try:
+            result, cpu, wall = future.result()
+        except BaseException as exc:
+            raise failed(exc, self.stats, position) from exc.__cause__
+        self.stats.cpu_seconds += cpu
+        self.stats.busy_seconds += wall
+        self.stats.elements += 1
+        self._fill()  # keep the workers busy while the consumer works
+        return result
+
+    def close(self) -> None:
+        for _, future in self.window:
+            future.cancel()
+        self.window.clear()
+        if self.backend is not None:
+            self.backend.terminate()
+            self.backend.shutdown(wait=False)
+        if self.pool is not None:
+            self.pool.shutdown()
+        super().close()
+
+
+class _Reader:
+    """One source of an interleave, read ahead by a thread into a small queue."""
+
+    def __init__(self, elements: Iterable[Any], stop: threading.Event, name: str) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=2)
+        self.stop = stop
+        threading.Thread(target=self._run, args=(elements,), name=name, daemon=True).start()
+
+    def _run(self, elements: Iterable[Any]) -> None:
+        try:
+            for element in elements:
+                if not self._put(("ok", element)):
+                    return
+            self._put(("end", None))
+        except BaseException as exc:
+            self._put(("err", exc))
+
+    def _put(self, item: tuple[str, Any]) -> bool:
+        while not self.stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self.queue.put(item, timeout=0.1)
+                return True
+        return False
+
+
+class Interleave(Stage):
+    """``fn(element)`` is an iterable (a file's records); ``cycle_length`` of them are
+    read at once, their elements handed out in turn (round robin)."""
+
+    def __init__(
+        self,
+        upstream: Stage,
+        stats: StageStats,
+        fn: Callable[[Any], Iterable[Any]],
+        *,
+        cycle_length: int,
+        parallel: bool,
+        deterministic: bool,
+    ) -> None:
+        super().__init__(upstream, stats)
+        self.fn = fn
+        self.cycle_length = cycle_length
+        self.parallel = parallel
+        self.deterministic = deterministic
+        self.stop = threading.Event()
+        self.open: list[tuple[int, Any]] = []  # (position, reader or iterator)
+        self.turn = 0
+        self.position = 0
+        self.exhausted = False
+        stats.set_workers(cycle_length if parallel else 1)
+
+    def _open_more(self) -> None:
+        while not self.exhausted and len(self.open) < self.cycle_length:
+            element = self.pull()
+            if element is _END:
+                self.exhausted = True
+                return
+            try:
+                elements = self.fn(element)
+            except BaseException as exc:
+                raise failed(exc, self.stats, self.position) from None
+            source: Any = (
+                _Reader(elements, self.stop, self.stats.name) if self.parallel else iter(elements)
+            )
+            self.open.append((self.position, source))
+            self.position += 1
+
+    def __next__(self) -> Any:
+        while True:
+            self._open_more()
+            if not self.open:
+                raise StopIteration
+            index = self._choose()
+            position, source = self.open[index]
+            started = time.perf_counter()
+            if self.parallel:
+                status, value = source.queue.get()
+            else:
+                try:
+                    status, value = "ok", next(source)
+                except StopIteration:
+                    status, value = "end", None
+                except BaseException as exc:
+                    status, value = "err", exc
+            elapsed = time.perf_counter() - started
+            if self.parallel:
+                self.stats.wait_seconds += elapsed
+            else:
+                self.stats.busy_seconds += elapsed
+            if status == "end":
+                del self.open[index]
+                self.turn = index % max(1, len(self.open)) if self.open else 0
+                continue
+            if status == "err":
+                raise failed(value, self.stats, position) from None
+            self.turn = (index + 1) % len(self.open)
+            self.stats.elements += 1
+            return value
+
+    def _choose(self) -> int:
+        turn = self.turn % len(self.open)
+        if self.deterministic or not self.parallel:
+            return turn
+        for k in range(len(self.open)):  # the first source, from its turn on, with data
+            index = (turn + k) % len(self.open)
+            if not self.open[index][1].queue.empty():
+                return index
+        return turn
+
+    def close(self) -> None:
+        self.stop.set()
+        super().close()
+
+
+class Prefetch(Stage):
+    """A thread that keeps the next ``n`` elements of upstream ready."""
+
+    def __init__(self, upstream: Stage, stats: StageStats, n: int) -> None:
+        super().__init__(upstream, stats)
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=n)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=stats.name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        assert self.upstream is not None
+        try:
+            for element in self.upstream:
+                if not self._put(("ok", element)):
+                    return
+            self._put(("end", None))
+        except BaseException as exc:
+            self._put(("err", exc))
+
+    def _put(self, item: tuple[str, Any]) -> bool:
+        while not self.stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self.queue.put(item, timeout=0.1)
+                return True
+        return False
+
+    def __next__(self) -> Any:
+        started = time.perf_counter()
+        status, value = self.queue.get()
+        self.stats.wait_seconds += time.perf_counter() - started
+        self.stats.queue = self.queue.qsize()
+        if status == "end":
+            self.queue.put(("end", None))  # a later next() ends too
+            raise StopIteration
+        if status == "err":
+            raise value
+        self.stats.elements += 1
+        return value
+
+    def close(self) -> None:
+        self.stop.set()
+        super().close()  # the thread's pending next() on upstream ends with it
+        self.thread.join(timeout=1)

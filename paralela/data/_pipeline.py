@@ -1,0 +1,413 @@
+"""``paralela.data.Pipeline``: an input pipeline described once, run by a plain ``for``.
+
+::
+
+    Pipeline.from_files("shards/*.rec")                     a step per method; nothing runs
+      .interleave(read_records, cycle_length=4)             until iterated
+      .map(decode, kind="process")                          workers="auto": tuned
+      .shuffle(1000, seed=0).batch(32).prefetch(2)
+    for batch in pipeline:  ──> PipelineIterator: builds the stages (threads, processes),
+                                hands out elements, measures the consumer's stall;
+                                break / an exception / Ctrl-C / the end ──> close(): every
+                                thread and process of the run stops
+    pipeline.stats()        ──> PipelineStats of the last run (str(): the bottleneck)
+
+Each iteration is a new run; a pipeline object can be iterated again (a new epoch) as
+long as its source can (a list, files, ``range``; not a one-shot generator).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from paralela.data._inline import Batch, Cache, Filter, Repeat, Shuffle, Source, Take
+from paralela.data._parallel import Interleave, Map, Prefetch, Stage
+from paralela.data._stats import PipelineStats, StageStats
+from paralela.data._tuner import Tuner
+from paralela.errors import ConfigError
+
+__all__ = ["Pipeline", "PipelineIterator"]
+
+#: Threads a stage may tune up to per CPU: threads that wait on I/O use little CPU (the
+#: tuner counts what they do use), so an I/O stage needs many to hide its latency.
+THREADS_PER_CPU = 8
+MAX_THREADS = 64
+
+
+@dataclass
+class _Run:
+    """What the stages of one run share."""
+
+    tuner: Tuner
+    deterministic: bool
+    stats: dict[int, StageStats] = field(default_factory=dict)
+
+    def stage_stats(self, index: int, name: str, kind: str) -> StageStats:
+        """The counters of step ``index``, the same across rebuilds (repeat, cache)."""
+        if index not in self.stats:
+            self.stats[index] = StageStats(name, kind)
+        return self.stats[index]
+
+
+@dataclass(frozen=True)
+class _Step:
+    name: str
+    kind: str
+    make: Callable[[_Run, StageStats, Any], Stage]
+    rebuilds: bool = False  # gets a function that builds the steps above, not a stage
+
+
+class Pipeline:
+    """An input pipeline. Build it with the ``from_*`` class methods and chain stages;
+    iterate it with ``for``. See the module docstring and ``docs/data.md``."""
+
+    def __init__(
+        self, steps: tuple[_Step, ...], *, cpus: int | None = None, deterministic: bool = True
+    ) -> None:
+        self._steps = steps
+        self._cpus = cpus
+        self._deterministic = deterministic
+        self._last: PipelineIterator | None = None
+        self._cache: dict[int, dict[str, Any]] = {}
+
+    # -- sources ------------------------------------------------------------------
+
+    @classmethod
+    def from_iterable(cls, iterable: Iterable[Any]) -> Pipeline:
+        """The elements of ``iterable``. A one-shot iterator (a generator) runs once."""
+        name = f"from_iterable({type(iterable).__name__})"
+        return cls((_Step(name, "inline", lambda run, stats, _: Source(stats, lambda: iterable)),))
+
+    @classmethod
+    def from_files(
+        cls, paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+    ) -> Pipeline:
+        """The paths of files, sorted: a glob (``"shards/*.rec"``), a directory (its files,
+        skipping hidden ones), a file, or a list of these.
+
+        Raises:
+            ConfigError: a pattern or path matches no file.
+        """
+        files = _expand(paths)
+        return cls(
+            (
+                _Step(
+                    f"from_files({len(files)} files)",
+                    "inline",
+                    lambda run, stats, _: Source(stats, lambda: files),
+                ),
+            )
+        )
+
+    @classmethod
+    def from_map_style(
+        cls, dataset: Any, *, workers: int | str = "auto", kind: str = "thread"
+    ) -> Pipeline:
+        """``dataset[0]``, ``dataset[1]``... up to ``len(dataset)`` (a map-style dataset,
+        as torch's), read ``workers`` at a time."""
+        if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+            raise ConfigError(
+                f"from_map_style needs a dataset with __len__ and __getitem__; got "
+                f"{type(dataset).__name__}. Use from_iterable for an iterable."
+            )
+        return cls.from_iterable(range(len(dataset))).map(
+            dataset.__getitem__, workers=workers, kind=kind
+        )
+
+    # -- stages -------------------------------------------------------------------
+
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        workers: int | str = "auto",
+        kind: str = "thread",
+        deterministic: bool | None = None,
+    ) -> Pipeline:
+        """``fn`` over every element, in parallel.
+
+        Args:
+            fn: a function of one element. For ``kind="process"`` it is pickled
+                (cloudpickle: lambdas and closures work) and numpy arrays travel through
+                shared memory.
+            workers: ``"auto"`` (tuned at run time within the CPU budget) or a number.
+            kind: ``"thread"`` for I/O and code that releases the GIL (numpy, torch,
+                decoders in C), ``"process"`` for pure-Python CPU work.
+            deterministic: hand elements out in input order (default: the pipeline's).
+        """
+        if kind not in ("thread", "process"):
+            raise ConfigError(f"kind must be 'thread' or 'process', got {kind!r}.")
+        fixed = _workers(workers)
+        name = f"map({_name(fn)})"
+
+        def make(run: _Run, stats: StageStats, upstream: Stage) -> Stage:
+            cpus = run.tuner.cpus
+            maximum = cpus if kind == "process" else min(MAX_THREADS, THREADS_PER_CPU * cpus)
+            order = run.deterministic if deterministic is None else deterministic
+            return Map(
+                upstream,
+                stats,
+                fn,
+                workers=fixed,
+                kind=kind,
+                deterministic=order,
+                tuner=run.tuner,
+                maximum=maximum,
+            )
+
+        return self._then(_Step(name, kind, make))
+
+    def interleave(
+        self,
+        fn: Callable[[Any], Iterable[Any]],
+        *,
+        cycle_length: int = 4,
+        parallel: bool = True,
+        deterministic: bool | None = None,
+    ) -> Pipeline:
+        """Open ``fn(element)`` (an iterable: a file's records) for ``cycle_length``
+        elements at once and hand out their records in turn; ``parallel``: each read
+        ahead by a thread of its own (I/O-bound sources)."""
+        length = _positive("cycle_length", cycle_length)
+
+        def make(run: _Run, stats: StageStats, upstream: Stage) -> Stage:
+            order = run.deterministic if deterministic is None else deterministic
+            return Interleave(
+                upstream, stats, fn, cycle_length=length, parallel=parallel, deterministic=order
+            )
+
+        kind = "thread" if parallel else "inline"
+        return self._then(_Step(f"interleave({_name(fn)}, {length})", kind, make))
+
+    def filter(self, predicate: Callable[[Any], Any]) -> Pipeline:
+        """The elements for which ``predicate`` is true."""
+        return self._then(
+            _Step(
+                f"filter({_name(predicate)})",
+                "inline",
+                lambda run, stats, up: Filter(up, stats, predicate),
+            )
+        )
+
+    def shuffle(self, buffer: int, *, seed: int | None = 0) -> Pipeline:
+        """Shuffle through a buffer of ``buffer`` elements; ``seed`` fixes the order
+        (``None``: a different order every run)."""
+        size = _positive("buffer", buffer)
+        return self._then(
+            _Step(
+                f"shuffle({size})", "inline", lambda run, stats, up: Shuffle(up, stats, size, seed)
+            )
+        )
+
+    def batch(
+        self,
+        size: int,
+        *,
+        drop_last: bool = False,
+        collate: Callable[[list[Any]], Any] | None = None,
+    ) -> Pipeline:
+        """Groups of ``size`` elements, made one by ``collate`` (default: stacked tensors
+        or arrays, tuples and dicts field by field, else a list)."""
+        n = _positive("size", size)
+        return self._then(
+            _Step(
+                f"batch({n})",
+                "inline",
+                lambda run, stats, up: Batch(up, stats, n, drop_last, collate),
+            )
+        )
+
+    def prefetch(self, n: int = 2) -> Pipeline:
+        """Keep the next ``n`` elements ready, made by a thread beside the consumer."""
+        size = _positive("n", n)
+        return self._then(
+            _Step(f"prefetch({size})", "thread", lambda run, stats, up: Prefetch(up, stats, size))
+        )
+
+    def take(self, count: int) -> Pipeline:
+        """The first ``count`` elements."""
+        n = _positive("count", count, minimum=0)
+        return self._then(_Step(f"take({n})", "inline", lambda run, stats, up: Take(up, stats, n)))
+
+    def repeat(self, count: int | None = None) -> Pipeline:
+        """Run everything above ``count`` times (None: forever), each run anew."""
+        n = None if count is None else _positive("count", count)
+        return self._then(
+            _Step(
+                f"repeat({n})",
+                "inline",
+                lambda run, stats, build: Repeat(stats, build, n),
+                rebuilds=True,
+            )
+        )
+
+    def cache(self, path: str | os.PathLike[str] | None = None) -> Pipeline:
+        """Keep the elements of the first complete run (in memory, or in the file
+        ``path``); later runs, and epochs under ``repeat``, read them instead."""
+        index = len(self._steps)
+        where = None if path is None else os.fspath(path)
+
+        def make(run: _Run, stats: StageStats, build: Callable[[], Stage]) -> Stage:
+            return Cache(stats, build, self._cache.setdefault(index, {}), where)
+
+        return self._then(_Step(f"cache({where or 'memory'})", "inline", make, rebuilds=True))
+
+    def with_options(
+        self, *, cpus: int | None = None, deterministic: bool | None = None
+    ) -> Pipeline:
+        """The same pipeline with a CPU budget (default: the CPUs this process may use)
+        or, with ``deterministic=False``, elements handed out as they are ready."""
+        if cpus is not None:
+            _positive("cpus", cpus)
+        copy = Pipeline(
+            self._steps,
+            cpus=cpus if cpus is not None else self._cpus,
+            deterministic=self._deterministic if deterministic is None else deterministic,
+        )
+        copy._cache = self._cache
+        return copy
+
+    # -- running ------------------------------------------------------------------
+
+    def __iter__(self) -> PipelineIterator:
+        self._last = PipelineIterator(self)
+        return self._last
+
+    def stats(self) -> PipelineStats:
+        """The counters of the last (or current) run.
+
+        Raises:
+            ConfigError: the pipeline was never iterated.
+        """
+        if self._last is None:
+            raise ConfigError("stats() describes a run: iterate the pipeline first.")
+        return self._last.stats()
+
+    def __repr__(self) -> str:
+        return "Pipeline(" + " | ".join(s.name for s in self._steps) + ")"
+
+    def _then(self, step: _Step) -> Pipeline:
+        copy = Pipeline((*self._steps, step), cpus=self._cpus, deterministic=self._deterministic)
+        copy._cache = self._cache
+        return copy
+
+    def _build(self, run: _Run, count: int | None = None) -> Stage:
+        steps = self._steps if count is None else self._steps[:count]
+        stage: Any = None
+        for index, step in enumerate(steps):
+            stats = run.stage_stats(index, step.name, step.kind)
+            if step.rebuilds:
+                stage = step.make(run, stats, lambda i=index: self._build(run, i))
+            else:
+                stage = step.make(run, stats, stage)
+        assert stage is not None
+        return stage  # type: ignore[no-any-return]
+
+
+class PipelineIterator(Iterator[Any]):
+    """One run of a pipeline. Closed at the end, on an error, when the loop is left (the
+    iterator is collected) or explicitly with :meth:`close` or ``with``."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        from paralela.backends._base import usable_cpus
+
+        cpus = pipeline._cpus or usable_cpus()
+        self._run = _Run(Tuner(cpus), pipeline._deterministic)
+        self._closed = False
+        self._started = time.perf_counter()
+        self._ended: float | None = None
+        self._stall = 0.0
+        self._last_return: float | None = None
+        self._last_cpu = 0.0
+        self._stage = pipeline._build(self._run)
+
+    def __iter__(self) -> PipelineIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise StopIteration
+        now = time.perf_counter()
+        if self._last_return is not None:
+            wall = now - self._last_return
+            if wall > 0:  # the consumer's own CPU share, smoothed
+                share = (time.thread_time() - self._last_cpu) / wall
+                tuner = self._run.tuner
+                tuner.consumer_share = 0.8 * tuner.consumer_share + 0.2 * min(1.0, share)
+        try:
+            element = next(self._stage)
+        except BaseException:
+            self.close()
+            raise
+        self._last_return = time.perf_counter()
+        self._last_cpu = time.thread_time()
+        self._stall += self._last_return - now
+        return element
+
+    def close(self) -> None:
+        """Stop every thread and process of the run (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._ended = time.perf_counter()
+            self._stage.close()
+
+    def __enter__(self) -> PipelineIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()
+
+    def stats(self) -> PipelineStats:
+        end = self._ended if self._ended is not None else time.perf_counter()
+        stages = [self._run.stats[i] for i in sorted(self._run.stats)]
+        return PipelineStats(stages, self._stall, end - self._started, self._run.tuner.cpus)
+
+
+def _expand(paths: Any) -> list[str]:
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    files: list[str] = []
+    for item in items:
+        text = os.fspath(item)
+        if os.path.isdir(text):
+            found = sorted(
+                os.path.join(text, n)
+                for n in os.listdir(text)
+                if not n.startswith(".") and os.path.isfile(os.path.join(text, n))
+            )
+        elif any(c in text for c in "*?["):
+            found = sorted(glob.glob(text))
+        else:
+            found = [text] if os.path.isfile(text) else []
+        if not found:
+            raise ConfigError(f"from_files: {text!r} matches no file; check the path or pattern.")
+        files.extend(found)
+    return files
+
+
+def _name(fn: Any) -> str:
+    return str(
+        getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    )
+
+
+def _workers(workers: int | str) -> int | None:
+    if workers == "auto":
+        return None
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"workers must be 'auto' or a positive integer, got {workers!r}.")
+    return workers
+
+
+def _positive(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer of at least {minimum}, got {value!r}.")
+    return value
