@@ -171,7 +171,14 @@ class Map(Stage):
 
     def _fill(self) -> None:
         while not self.exhausted and len(self.window) < self.stats.workers:
-            element = self.pull()
+            try:
+                element = self.pull()
+            except Exception as exc:  # upstream failed: raised when its turn comes
+                upstream_failed: Future[Any] = Future()
+                upstream_failed.set_exception(exc)
+                self.window.append((-1, upstream_failed))
+                self.exhausted = True
+                return
             if element is _END:
                 self.exhausted = True
                 return
@@ -199,6 +206,8 @@ class Map(Stage):
         try:
             result, cpu, wall = future.result()
         except BaseException as exc:
+            if position < 0:  # an upstream stage's error, named there
+                raise
             raise failed(exc, self.stats, position) from exc.__cause__
         self.stats.cpu_seconds += cpu
         self.stats.busy_seconds += wall
@@ -269,27 +278,28 @@ class Interleave(Stage):
         self.exhausted = False
         stats.set_workers(cycle_length if parallel else 1)
 
-    def _open_more(self) -> None:
-        while not self.exhausted and len(self.open) < self.cycle_length:
-            element = self.pull()
-            if element is _END:
-                self.exhausted = True
-                return
-            try:
-                elements = self.fn(element)
-            except BaseException as exc:
-                raise failed(exc, self.stats, self.position) from None
-            source: Any = (
-                _Reader(elements, self.stop, self.stats.name) if self.parallel else iter(elements)
-            )
-            self.open.append((self.position, source))
-            self.position += 1
+    def _open(self) -> tuple[int, Any] | None:
+        """The next upstream element's source, or None when upstream is done."""
+        element = self.pull()
+        if element is _END:
+            self.exhausted = True
+            return None
+        try:
+            elements = self.fn(element)
+        except BaseException as exc:
+            raise failed(exc, self.stats, self.position) from None
+        source: Any = (
+            _Reader(elements, self.stop, self.stats.name) if self.parallel else iter(elements)
+        )
+        self.position += 1
+        return self.position - 1, source
 
     def __next__(self) -> Any:
-        while True:
-            self._open_more()
-            if not self.open:
-                raise StopIteration
+        while not self.exhausted and len(self.open) < self.cycle_length:
+            opened = self._open()
+            if opened is not None:
+                self.open.append(opened)
+        while self.open:
             index = self._choose()
             position, source = self.open[index]
             started = time.perf_counter()
@@ -307,15 +317,20 @@ class Interleave(Stage):
                 self.stats.wait_seconds += elapsed
             else:
                 self.stats.busy_seconds += elapsed
-            if status == "end":
-                del self.open[index]
-                self.turn = index % max(1, len(self.open)) if self.open else 0
+            if status == "end":  # the next source takes its place in the cycle
+                opened = None if self.exhausted else self._open()
+                if opened is not None:
+                    self.open[index] = opened
+                else:
+                    del self.open[index]
+                    self.turn = index
                 continue
             if status == "err":
                 raise failed(value, self.stats, position) from None
-            self.turn = (index + 1) % len(self.open)
+            self.turn = index + 1
             self.stats.elements += 1
             return value
+        raise StopIteration
 
     def _choose(self) -> int:
         turn = self.turn % len(self.open)

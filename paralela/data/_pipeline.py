@@ -21,6 +21,7 @@ from __future__ import annotations
 import glob
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,7 +73,10 @@ class Pipeline:
         self._steps = steps
         self._cpus = cpus
         self._deterministic = deterministic
-        self._last: PipelineIterator | None = None
+        # The last run: weakly, so that leaving a loop collects (and closes) its iterator;
+        # its stats are kept when it closes.
+        self._last: weakref.ref[PipelineIterator] | None = None
+        self._last_stats: PipelineStats | None = None
         self._cache: dict[int, dict[str, Any]] = {}
 
     # -- sources ------------------------------------------------------------------
@@ -275,8 +279,9 @@ class Pipeline:
     # -- running ------------------------------------------------------------------
 
     def __iter__(self) -> PipelineIterator:
-        self._last = PipelineIterator(self)
-        return self._last
+        iterator = PipelineIterator(self)
+        self._last = weakref.ref(iterator)
+        return iterator
 
     def stats(self) -> PipelineStats:
         """The counters of the last (or current) run.
@@ -284,9 +289,12 @@ class Pipeline:
         Raises:
             ConfigError: the pipeline was never iterated.
         """
-        if self._last is None:
+        running = self._last() if self._last is not None else None
+        if running is not None:
+            return running.stats()
+        if self._last_stats is None:
             raise ConfigError("stats() describes a run: iterate the pipeline first.")
-        return self._last.stats()
+        return self._last_stats
 
     def __repr__(self) -> str:
         return "Pipeline(" + " | ".join(s.name for s in self._steps) + ")"
@@ -317,6 +325,7 @@ class PipelineIterator(Iterator[Any]):
         from paralela.backends._base import usable_cpus
 
         cpus = pipeline._cpus or usable_cpus()
+        self._pipeline = pipeline
         self._run = _Run(Tuner(cpus), pipeline._deterministic)
         self._closed = False
         self._started = time.perf_counter()
@@ -355,6 +364,7 @@ class PipelineIterator(Iterator[Any]):
             self._closed = True
             self._ended = time.perf_counter()
             self._stage.close()
+            self._pipeline._last_stats = self.stats()
 
     def __enter__(self) -> PipelineIterator:
         return self
