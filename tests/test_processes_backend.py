@@ -279,3 +279,20 @@ def test_workers_that_die_at_start_up_stop_the_pool(poll: Callable[..., None]) -
         assert "3 in a row, last: exit code 1" in str(info.value)
     finally:
         backend.shutdown(wait=True)
+
+
+def test_grow_starts_more_workers_while_it_runs() -> None:
+    from paralela.backends._processes import ProcessBackend
+
+    backend = ProcessBackend(1)
+    try:
+        assert backend.submit(os.getpid).result(timeout=30) > 0
+        backend.grow(2)
+        backend.grow(1)  # never fewer
+        assert backend.effective_workers() == 2
+        deadline = time.monotonic() + 30
+        while len(backend.worker_pids()) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        backend.shutdown()

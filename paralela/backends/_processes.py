@@ -263,6 +263,14 @@ class ProcessBackend(Backend):
     def effective_workers(self) -> int:
         return self._n
 
+    def grow(self, workers: int) -> None:
+        """Run ``workers`` processes from now on, when that is more than now (an input
+        pipeline's tuner adds workers while it runs); the new ones start at once."""
+        with self._lock:
+            if workers > self._n:
+                self._n = workers
+        self._wake()
+
     def terminate(self) -> None:
         with self._lock:
             self._closing = True

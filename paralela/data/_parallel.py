@@ -35,6 +35,10 @@ from paralela.errors import add_note
 __all__ = ["DaemonPool", "Interleave", "Map", "Prefetch", "Stage", "timed_call"]
 
 _END = object()
+# Elements in flight per worker: one running and one waiting, so that a worker never idles
+# for a round trip (as the processes backend's PREFETCH), and one slow element does not
+# stall the others while the stage hands elements out in order.
+WINDOW = 2
 
 
 class Stage(Iterator[Any]):
@@ -97,13 +101,27 @@ class DaemonPool:
         future: Future[Any] = Future()
         self._jobs.put((future, fn, args))
         with self._lock:
-            if self._idle == 0 and self._threads < self.max_workers:
+            spawn = self._idle == 0 and self._threads < self.max_workers
+            if spawn:
                 self._threads += 1
-                threading.Thread(target=self._work, name=self.name, daemon=True).start()
+        if spawn:  # started outside the lock: a start waits for the thread to run
+            threading.Thread(target=self._work, name=self.name, daemon=True).start()
         return future
 
+    def resize(self, workers: int) -> None:
+        """At most ``workers`` threads from now on (extra ones end after their job)."""
+        with self._lock:
+            extra = self._threads - workers
+            self.max_workers = workers
+            if extra > 0:
+                self._threads -= extra
+        for _ in range(max(0, extra)):
+            self._jobs.put(None)
+
     def shutdown(self) -> None:
-        for _ in range(self._threads):
+        with self._lock:
+            threads, self._threads = self._threads, 0
+        for _ in range(threads):
             self._jobs.put(None)
 
     def _work(self) -> None:
@@ -154,12 +172,14 @@ class Map(Stage):
         self.exhausted = False
         self.backend: Any = None
         self.pool: DaemonPool | None = None
+        # As many processes or threads as workers (processes grow with the tuner; threads
+        # also shrink); up to WINDOW x workers elements in flight keep each busy.
         if kind == "process":
             from paralela.backends._processes import ProcessBackend
 
-            self.backend = ProcessBackend(maximum if workers is None else workers)
+            self.backend = ProcessBackend(stats.workers)
         else:
-            self.pool = DaemonPool(maximum if workers is None else workers, stats.name)
+            self.pool = DaemonPool(stats.workers, stats.name)
 
     def _submit(self, element: Any) -> Future[Any]:
         process = self.kind == "process"
@@ -170,7 +190,7 @@ class Map(Stage):
         return self.pool.submit(timed_call, self.fn, element, False)
 
     def _fill(self) -> None:
-        while not self.exhausted and len(self.window) < self.stats.workers:
+        while not self.exhausted and len(self.window) < self.stats.workers * WINDOW:
             try:
                 element = self.pull()
             except Exception as exc:  # upstream failed: raised when its turn comes
@@ -187,8 +207,13 @@ class Map(Stage):
 
     def __next__(self) -> Any:
         if self.tuned is not None:
-            ready = sum(f.done() for _, f in self.window)
-            self.tuner.tick(self.tuned, ready)
+            before = self.stats.workers
+            after = self.tuner.tick(self.tuned, sum(f.done() for _, f in self.window))
+            if after != before:
+                if self.backend is not None:
+                    self.backend.grow(after)
+                if self.pool is not None:
+                    self.pool.resize(after)
         self._fill()
         if not self.window:
             raise StopIteration

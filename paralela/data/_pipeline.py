@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -373,7 +374,9 @@ class PipelineIterator(Iterator[Any]):
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
+        # At the interpreter's exit the threads are daemons and the processes end with
+        # their connection: nothing to wait for (and waiting could hang the exit).
+        if not getattr(self, "_closed", True) and not sys.is_finalizing():
             self.close()
 
     def stats(self) -> PipelineStats:
