@@ -4,7 +4,7 @@ the time it takes counts as its own busy time."""
 
 from __future__ import annotations
 
-import os
+import contextlib
 import pickle
 import random
 import time
@@ -187,7 +187,8 @@ class Cache(Stage):
     ``path``); later runs read them instead of running the stages above.
 
     A run stopped early keeps nothing: only a complete run is cached (the file is written
-    under a temporary name and renamed at the end).
+    through :func:`paralela._files.replacing`: renamed into place at the end, removed if
+    the run stops first).
     """
 
     def __init__(
@@ -197,6 +198,7 @@ class Cache(Stage):
         self.path = Path(path) if path else None
         self.elements: Iterator[Any] | None = None
         self.kept: list[Any] | None = None
+        self.writing: contextlib.ExitStack | None = None
         self.file: Any = None
         if self.path is not None and self.path.exists():
             self.elements = _read_pickles(self.path)
@@ -209,8 +211,10 @@ class Cache(Stage):
             if self.path is None:
                 self.kept = []
             else:
-                self.temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-                self.file = open(self.temporary, "wb")  # noqa: SIM115  (closed at the end)
+                from paralela._files import replacing
+
+                self.writing = contextlib.ExitStack()
+                self.file = self.writing.enter_context(replacing(self.path))
 
     def __next__(self) -> Any:
         if self.elements is not None:
@@ -223,7 +227,7 @@ class Cache(Stage):
             raise StopIteration
         if self.kept is not None:
             self.kept.append(element)
-        else:
+        elif self.file is not None:
             pickle.dump(element, self.file, protocol=pickle.HIGHEST_PROTOCOL)
         self.stats.elements += 1
         return element
@@ -231,18 +235,20 @@ class Cache(Stage):
     def _complete(self) -> None:
         if self.kept is not None:
             self.store["elements"], self.kept = self.kept, None
-        elif self.file is not None:
-            self.file.close()
-            self.file = None
-            assert self.path is not None
-            os.replace(self.temporary, self.path)
+        elif self.writing is not None:
+            writing, self.writing, self.file = self.writing, None, None
+            writing.close()  # synced and renamed into place
 
     def close(self) -> None:
-        if self.file is not None:  # stopped early: nothing is cached
-            self.file.close()
-            self.file = None
-            self.temporary.unlink(missing_ok=True)
+        if self.writing is not None:  # stopped early: the partial file is removed
+            writing, self.writing, self.file = self.writing, None, None
+            with contextlib.suppress(_Stopped):
+                writing.__exit__(_Stopped, _Stopped(), None)
         super().close()
+
+
+class _Stopped(Exception):
+    """Ends a cache's write when its run stops early, so that nothing is kept."""
 
 
 def _read_pickles(path: Path) -> Iterator[Any]:

@@ -69,11 +69,17 @@ class Pipeline:
     iterate it with ``for``. See the module docstring and ``docs/data.md``."""
 
     def __init__(
-        self, steps: tuple[_Step, ...], *, cpus: int | None = None, deterministic: bool = True
+        self,
+        steps: tuple[_Step, ...],
+        *,
+        cpus: int | None = None,
+        deterministic: bool = True,
+        run_dir: str | None = None,
     ) -> None:
         self._steps = steps
         self._cpus = cpus
         self._deterministic = deterministic
+        self._run_dir = run_dir
         # The last run: weakly, so that leaving a loop collects (and closes) its iterator;
         # its stats are kept when it closes.
         self._last: weakref.ref[PipelineIterator] | None = None
@@ -263,16 +269,28 @@ class Pipeline:
         return self._then(_Step(f"cache({where or 'memory'})", "inline", make, rebuilds=True))
 
     def with_options(
-        self, *, cpus: int | None = None, deterministic: bool | None = None
+        self,
+        *,
+        cpus: int | None = None,
+        deterministic: bool | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
     ) -> Pipeline:
-        """The same pipeline with a CPU budget (default: the CPUs this process may use)
-        or, with ``deterministic=False``, elements handed out as they are ready."""
+        """The same pipeline with other options.
+
+        Args:
+            cpus: the CPU budget of ``workers="auto"`` (default: the CPUs this process
+                may use: its affinity and cgroup quota, as a Slurm job's allocation).
+            deterministic: False hands elements out as they are ready.
+            run_dir: each run writes its stats there (``pipeline.json``) when it ends,
+                for ``paralela report``.
+        """
         if cpus is not None:
             _positive("cpus", cpus)
         copy = Pipeline(
             self._steps,
             cpus=cpus if cpus is not None else self._cpus,
             deterministic=self._deterministic if deterministic is None else deterministic,
+            run_dir=os.fspath(run_dir) if run_dir is not None else self._run_dir,
         )
         copy._cache = self._cache
         return copy
@@ -301,7 +319,12 @@ class Pipeline:
         return "Pipeline(" + " | ".join(s.name for s in self._steps) + ")"
 
     def _then(self, step: _Step) -> Pipeline:
-        copy = Pipeline((*self._steps, step), cpus=self._cpus, deterministic=self._deterministic)
+        copy = Pipeline(
+            (*self._steps, step),
+            cpus=self._cpus,
+            deterministic=self._deterministic,
+            run_dir=self._run_dir,
+        )
         copy._cache = self._cache
         return copy
 
@@ -365,7 +388,9 @@ class PipelineIterator(Iterator[Any]):
             self._closed = True
             self._ended = time.perf_counter()
             self._stage.close()
-            self._pipeline._last_stats = self.stats()
+            stats = self._pipeline._last_stats = self.stats()
+            if self._pipeline._run_dir is not None:
+                stats.save(self._pipeline._run_dir)
 
     def __enter__(self) -> PipelineIterator:
         return self

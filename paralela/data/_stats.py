@@ -10,8 +10,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = ["PipelineStats", "StageStats"]
@@ -68,6 +71,8 @@ class StageStats:
             "cpu_seconds": self.cpu_seconds,
             "busy_seconds": self.busy_seconds,
             "cpu_share": self.cpu_share,
+            # (seconds from the stage's start, workers from then on)
+            "history": [[round(t - self.history[0][0], 3), n] for t, n in self.history],
         }
 
 
@@ -109,6 +114,18 @@ class PipelineStats:
             "cpus": self.cpus,
             "bottleneck": self.bottleneck.name if self.bottleneck else None,
         }
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write ``pipeline.json`` into ``directory`` (made if needed), for
+        ``paralela report``; returns its path."""
+        from paralela._files import atomic_write, make_dirs
+
+        folder = Path(directory)
+        make_dirs(folder)
+        path = folder / "pipeline.json"
+        body = {"format": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **self.to_dict()}
+        atomic_write(path, json.dumps(body, indent=1).encode())
+        return path
 
     def __str__(self) -> str:
         rows = [("stage", "kind", "elements", "elem/s", "workers", "cpu/worker", "waited s")]

@@ -21,6 +21,7 @@ from paralela.errors import ConfigError
 from paralela.reporting._find import FoundRun, find_runs
 from paralela.reporting._launch import load_launch
 from paralela.reporting._map import load_map
+from paralela.reporting._pipeline import load_pipeline
 from paralela.reporting._scale import load_scale
 from paralela.reporting._section import Image, Section
 from paralela.reporting._sweep import load_sweep
@@ -33,6 +34,7 @@ LOADERS: dict[str, Callable[[Path], Section]] = {
     "sweep": load_sweep,
     "launch": load_launch,
     "scale": load_scale,
+    "pipeline": load_pipeline,
 }
 NO_MATPLOTLIB = (
     "Charts not drawn: they need matplotlib, which is not installed "

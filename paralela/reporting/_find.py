@@ -6,6 +6,7 @@
     trials.json    a sweep's run directory
     launch*.json   a launch's log directory (launch.json, or launch-nodeN.json per node)
     scaling.json   a scaling measurement (paralela scale)
+    pipeline.json  an input pipeline's run (paralela.data, with_options(run_dir=...))
 
 A directory that is none of these but holds such directories below it (the demo's
 ``paralela-runs/demo-<time>/``, or ``paralela-runs/`` itself) is a collection: each run
@@ -29,6 +30,7 @@ KINDS: dict[str, str] = {
     "sweep": "trials.json",
     "launch": "launch.json",
     "scale": "scaling.json",
+    "pipeline": "pipeline.json",
 }
 MAX_DEPTH = 3  # levels below a collection searched for runs
 
