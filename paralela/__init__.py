@@ -264,7 +264,13 @@ __all__ = [
 ]
 
 
+# Sub-packages reached as attributes (``paralela.data.Pipeline``), imported on first use.
+_SUBPACKAGES = ("data",)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"paralela.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'paralela' has no attribute {name!r}")
@@ -274,4 +280,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBPACKAGES))

@@ -150,3 +150,16 @@ def test_distributed_exports_exist_and_launching_needs_no_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert json.loads(out.stdout) == []
+
+
+def test_the_data_subpackage_is_an_attribute_imported_on_first_use() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, paralela\n"
+        "assert 'paralela.data' not in sys.modules\n"
+        "print(paralela.data.Pipeline.__name__, 'data' in dir(paralela))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["Pipeline", "True"], out.stderr
