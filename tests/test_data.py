@@ -75,8 +75,22 @@ def test_interleave_hands_out_records_of_several_files_in_turn(tmp_path: Path) -
         pipeline = Pipeline.from_iterable(paths).interleave(
             lines_of, cycle_length=2, parallel=parallel
         )
-        # a and b open; b ends, c takes its place; a ends, d takes its place...
-        assert list(pipeline) == ["a0", "b0", "a1", "c0", "a2", "c1", "d0", "c2", "d1", "c3"]
+        # a and b open; b ends and c takes its place, from b's next turn; then a ends...
+        assert list(pipeline) == ["a0", "b0", "a1", "a2", "c0", "c1", "d0", "c2", "d1", "c3"]
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_interleave_as_tf_data_documents_it(parallel: bool) -> None:
+    # tf.data.Dataset.interleave's docstring: Dataset.range(1, 6).interleave(
+    #     lambda x: Dataset.from_tensors(x).repeat(6), cycle_length=2, block_length=4)
+    pipeline = Pipeline.from_iterable(range(1, 6)).interleave(
+        lambda x: [x] * 6, cycle_length=2, block_length=4, parallel=parallel
+    )
+    assert list(pipeline) == [1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4,
+                              3, 3, 4, 4, 5, 5, 5, 5, 5, 5]  # fmt: skip
+    # ... and its flat_map-like use: cycle_length=1 reads one source after another
+    flat = Pipeline.from_iterable([[1, 2], [], [3]]).interleave(iter, cycle_length=1)
+    assert list(flat) == [1, 2, 3]
 
 
 def test_interleave_unordered_gives_every_record() -> None:

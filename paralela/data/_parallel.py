@@ -279,7 +279,9 @@ class _Reader:
 
 class Interleave(Stage):
     """``fn(element)`` is an iterable (a file's records); ``cycle_length`` of them are
-    read at once, their elements handed out in turn (round robin)."""
+    read at once, ``block_length`` elements of each in turn, as tf.data's interleave: a
+    source that ends is replaced in its place in the cycle by the next element's, which
+    starts when the cycle comes back to it."""
 
     def __init__(
         self,
@@ -288,12 +290,15 @@ class Interleave(Stage):
         fn: Callable[[Any], Iterable[Any]],
         *,
         cycle_length: int,
+        block_length: int = 1,
         parallel: bool,
         deterministic: bool,
     ) -> None:
         super().__init__(upstream, stats)
         self.fn = fn
         self.cycle_length = cycle_length
+        self.block_length = block_length
+        self.taken = 0  # elements of the current source's block handed out
         self.parallel = parallel
         self.deterministic = deterministic
         self.stop = threading.Event()
@@ -346,13 +351,17 @@ class Interleave(Stage):
                 opened = None if self.exhausted else self._open()
                 if opened is not None:
                     self.open[index] = opened
+                    self.turn = index + 1
                 else:
                     del self.open[index]
                     self.turn = index
+                self.taken = 0
                 continue
             if status == "err":
                 raise failed(value, self.stats, position) from None
-            self.turn = index + 1
+            self.taken += 1
+            if self.taken >= self.block_length or index != self.turn % len(self.open):
+                self.turn, self.taken = index + 1, 0
             self.stats.elements += 1
             return value
         raise StopIteration

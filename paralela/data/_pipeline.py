@@ -178,18 +178,27 @@ class Pipeline:
         fn: Callable[[Any], Iterable[Any]],
         *,
         cycle_length: int = 4,
+        block_length: int = 1,
         parallel: bool = True,
         deterministic: bool | None = None,
     ) -> Pipeline:
         """Open ``fn(element)`` (an iterable: a file's records) for ``cycle_length``
-        elements at once and hand out their records in turn; ``parallel``: each read
-        ahead by a thread of its own (I/O-bound sources)."""
+        elements at once and hand out ``block_length`` records of each in turn, as
+        tf.data's ``interleave``; ``parallel``: each read ahead by a thread of its own
+        (I/O-bound sources)."""
         length = _positive("cycle_length", cycle_length)
+        block = _positive("block_length", block_length)
 
         def make(run: _Run, stats: StageStats, upstream: Stage) -> Stage:
             order = run.deterministic if deterministic is None else deterministic
             return Interleave(
-                upstream, stats, fn, cycle_length=length, parallel=parallel, deterministic=order
+                upstream,
+                stats,
+                fn,
+                cycle_length=length,
+                block_length=block,
+                parallel=parallel,
+                deterministic=order,
             )
 
         kind = "thread" if parallel else "inline"
