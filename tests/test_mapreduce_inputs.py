@@ -382,6 +382,19 @@ def test_min_splits_spreads_one_file(tmp_path: Path) -> None:
     assert [r for s in splits for r in read_split(s)] == lines
 
 
+@pytest.mark.parametrize("extra", [0, 1, 5, 7])
+def test_min_splits_cuts_one_file_into_exactly_that_many(tmp_path: Path, extra: int) -> None:
+    # One more split than asked (9 for 4 per worker on 2 workers) leaves a worker idle
+    # for a whole split's time at the end: a file whose size min_splits does not divide
+    # must still give min_splits splits.
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"x" * 99 + b"\n" + b"y" * (8 * 40_000 + extra - 100))
+    for min_splits in (2, 6, 8):
+        splits = list(plan_splits(str(path), min_splits=min_splits, min_split_bytes=1))
+        assert len(splits) == min_splits, (min_splits, extra)
+        assert sum(s.size for s in splits) == path.stat().st_size
+
+
 def test_min_splits_does_not_cut_a_small_file(tmp_path: Path) -> None:
     path = tmp_path / "small.txt"
     path.write_text("hello\n" * 150)  # 900 bytes

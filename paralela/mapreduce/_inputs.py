@@ -470,7 +470,9 @@ def _file_splits(
         splittable = [p[3] if p[4] is None else sum(p[4]) for p in planned if p[2] is None]
         natural = fixed + sum(max(1, math.ceil(s / split_bytes)) for s in splittable)
         if natural < min_splits:
-            share = sum(splittable) // max(1, min_splits - fixed)
+            # rounded up: rounded down, a file cut by it takes one split more than
+            # asked (9 for 8), and at the end one worker waits a split's time for it
+            share = -(-sum(splittable) // max(1, min_splits - fixed))
             target = min(split_bytes, max(share, min_split_bytes, 1))
 
     splits: list[Split] = []
