@@ -186,8 +186,9 @@ def _report_step(console: Any, directory: Path) -> None:
     for problem in written.problems:
         console.print(f"Note: {problem}", markup=False)
     console.print(
-        f"\n[bold]Report[/bold] of the {len(written.runs)} step(s) above: timelines, busy "
-        "time per worker, where the time went, the sweep's leaderboard and plots."
+        f"\n[bold]Report[/bold] of the {len(written.runs)} run(s) above that keep a run "
+        "directory (map, sweep, training): timelines, busy time per worker, where the time "
+        "went, the sweep's leaderboard and plots."
     )
     console.print(f"Report: {written.url}", soft_wrap=True, markup=False, highlight=False)
 
