@@ -89,16 +89,22 @@ ROWS: dict[str, tuple[str, list[str], str, bool]] = {
     # --profile: paralela's knobs, to see where its time goes
     "paralela_w1": ("paralela", ["--workers", "1"], "paralela serve --workers 1", False),
     "paralela_w2": ("paralela", ["--workers", "2"], "paralela serve --workers 2", False),
+    "paralela_wait2": (
+        "paralela",
+        ["--max-wait-ms", "2"],
+        "paralela serve --max-wait-ms 2",
+        False,
+    ),
     "paralela_wait10": (
         "paralela",
         ["--max-wait-ms", "10"],
         "paralela serve --max-wait-ms 10",
         False,
     ),
-    "paralela_w1_wait10": (
+    "paralela_w2_wait2": (
         "paralela",
-        ["--workers", "1", "--max-wait-ms", "10"],
-        "paralela serve --workers 1 --max-wait-ms 10",
+        ["--workers", "2", "--max-wait-ms", "2"],
+        "paralela serve --workers 2 --max-wait-ms 2",
         False,
     ),
 }
