@@ -16,3 +16,22 @@ from paralela.data._pipeline import Pipeline, PipelineIterator
 from paralela.data._stats import PipelineStats, StageStats
 
 __all__ = ["Pipeline", "PipelineIterator", "PipelineStats", "StageStats", "default_collate"]
+
+# The adapters import torch or TensorFlow: loaded on first use, so that importing
+# paralela.data stays cheap.
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from paralela.data._tf import to_tf_dataset
+    from paralela.data._torch import TorchIterable
+
+__all__ += ["TorchIterable", "to_tf_dataset"]
+_ADAPTERS = {"TorchIterable": "paralela.data._torch", "to_tf_dataset": "paralela.data._tf"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _ADAPTERS:
+        import importlib
+
+        return getattr(importlib.import_module(_ADAPTERS[name]), name)
+    raise AttributeError(f"module 'paralela.data' has no attribute {name!r}")

@@ -1,0 +1,273 @@
+"""``TorchIterable``: a pipeline as a torch ``IterableDataset``, sharded by rank and by
+DataLoader worker.
+
+::
+
+    DataLoader(TorchIterable(pipeline), batch_size=None, num_workers=K)
+      rank r of W (RANK/WORLD_SIZE, as paralela launch and torchrun set them)
+        loader worker k of K (get_worker_info())
+          runs its own copy of the pipeline, whose source keeps element i only when
+          i % (W*K) == r*K + k            (before any map: the skipped elements cost
+                                           nothing but the source's own next())
+          with a CPU budget of the rank's CPUs / (local ranks x K)
+
+Each (rank, worker) pair gets a disjoint part of the source; together they get all of it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import cloudpickle
+
+from paralela.data._inline import Cache
+from paralela.data._parallel import _END, Stage
+from paralela.data._pipeline import Pipeline, _Run, _Step
+from paralela.data._stats import StageStats
+from paralela.errors import ConfigError, MissingExtraError
+
+try:
+    import torch.distributed
+    import torch.utils.data
+except ImportError as exc:  # pragma: no cover - torch is in the dev environment
+    raise MissingExtraError("torch", "torch", "paralela.data.TorchIterable") from exc
+
+__all__ = ["TorchIterable", "shard_pipeline"]
+
+
+class TorchIterable(torch.utils.data.IterableDataset[Any]):
+    """A pipeline as a torch ``IterableDataset``, for
+    ``DataLoader(TorchIterable(pipeline), batch_size=None, num_workers=K)`` (batch in the
+    pipeline; ``batch_size=None`` keeps the DataLoader from batching again).
+
+    Every rank and every DataLoader worker of a rank iterates its own copy of the
+    pipeline, sharded at the source: element ``i`` of the source goes to the pair
+    (rank ``r``, worker ``k``) with ``i % (W * K) == r * K + k``. The pairs' parts are
+    disjoint and together make the whole source, and the stages after the source (a
+    ``map`` that decodes) run only on the pair's own elements. Shuffling and batching
+    happen within a pair's part. The DataLoader hands out its workers' elements in
+    turn.
+
+    Rank and world size come from ``RANK``/``WORLD_SIZE`` (set by ``paralela launch``
+    and torchrun), else from an initialised ``torch.distributed``, else 0 and 1.
+
+    CPUs: ``workers="auto"`` stages of each copy tune within the CPUs of this process
+    divided by the local ranks (``LOCAL_WORLD_SIZE``) and the DataLoader workers, so that
+    all copies together stay within the allocation; ``pipeline.with_options(cpus=n)``
+    sets each copy's budget instead.
+
+    In DDP every rank must take the same number of steps: parts differ by at most one
+    element, so choose a source that splits evenly, batch with ``drop_last=True``, or
+    use ``torch.distributed.algorithms.Join``.
+
+    Args:
+        pipeline: a :class:`Pipeline`, or a function of the epoch (see
+            :meth:`set_epoch`) that returns one, e.g. ``lambda epoch:
+            base.shuffle(1000, seed=epoch).batch(32)`` to reshuffle every epoch.
+
+    Failure and shutdown: an error in a stage is raised by the DataLoader in the main
+    process (torch re-raises a worker's exception); when the loader's iterator is left,
+    each worker's run is closed, stopping its threads and processes.
+
+    Raises:
+        ConfigError: malformed ``RANK``/``WORLD_SIZE``, or a pipeline with
+            ``cache(path)`` split into several parts (each part would write the same
+            file): cache in memory, or build each part's path from the rank in a
+            function.
+        MissingExtraError: torch is not installed (on import).
+    """
+
+    def __init__(self, pipeline: Pipeline | Callable[[int], Pipeline]) -> None:
+        super().__init__()
+        if not isinstance(pipeline, Pipeline) and not callable(pipeline):
+            raise ConfigError(
+                f"TorchIterable needs a Pipeline or a function of the epoch that returns "
+                f"one; got {type(pipeline).__name__}."
+            )
+        self.pipeline = pipeline
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch passed to a pipeline function at the next ``iter(loader)``. Call it
+        before each epoch, as ``DistributedSampler.set_epoch``. DataLoader workers see it
+        when they start: not with ``persistent_workers=True``, whose workers keep the
+        epoch they started with."""
+        self.epoch = epoch
+
+    def shard(self) -> tuple[int, int]:
+        """``(count, index)``: how many parts the source is split into, and this one's."""
+        rank, world = rank_and_world_size()
+        info = torch.utils.data.get_worker_info()
+        workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        return world * workers, rank * workers + worker
+
+    def __iter__(self) -> Iterator[Any]:
+        pipeline = self.pipeline if isinstance(self.pipeline, Pipeline) else None
+        if pipeline is None:
+            assert callable(self.pipeline)
+            pipeline = self.pipeline(self.epoch)
+            if not isinstance(pipeline, Pipeline):
+                raise ConfigError(
+                    f"TorchIterable's function returned {type(pipeline).__name__}, not a Pipeline."
+                )
+        count, index = self.shard()
+        part = shard_pipeline(pipeline, count, index)
+        if part._cpus is None:
+            info = torch.utils.data.get_worker_info()
+            copies = (_env_int("LOCAL_WORLD_SIZE") or 1) * (1 if info is None else info.num_workers)
+            part = part.with_options(cpus=max(1, _usable_cpus() // copies))
+        return iter(part)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spawned and forkserver DataLoader workers (the default from Python 3.14) get the
+        # dataset pickled: cloudpickle carries a pipeline's lambdas and closures.
+        buffer = io.BytesIO()
+        _Pickler(buffer).dump(self.pipeline)
+        return {"pickled": buffer.getvalue(), "epoch": self.epoch}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.pipeline = pickle.loads(state["pickled"])
+        self.epoch = state["epoch"]
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+    """Pickles a pipeline without its last run (a weakref to a running iterator), also
+    where a pipeline function's closure holds one."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, Pipeline):
+            state = (obj._steps, obj._cpus, obj._deterministic, obj._run_dir, obj._cache)
+            return _unpickle_pipeline, state
+        return super().reducer_override(obj)
+
+
+def _unpickle_pipeline(
+    steps: tuple[_Step, ...],
+    cpus: int | None,
+    deterministic: bool,
+    run_dir: str | None,
+    cache: dict[int, dict[str, Any]],
+) -> Pipeline:
+    pipeline = Pipeline(steps, cpus=cpus, deterministic=deterministic, run_dir=run_dir)
+    pipeline._cache = cache
+    return pipeline
+
+
+def shard_pipeline(pipeline: Pipeline, count: int, index: int) -> Pipeline:
+    """``pipeline`` with a source that keeps element ``i`` only when ``i % count ==
+    index``: the stages after it see only this part.
+
+    Raises:
+        ConfigError: ``index`` not in ``range(count)``, or ``cache(path)`` in a pipeline
+            split into several parts.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigError(f"count must be a positive integer, got {count!r}.")
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+        raise ConfigError(f"index must be an integer in range({count}), got {index!r}.")
+    if count == 1:
+        return pipeline
+    for step in pipeline._steps:
+        # Only a cache's step name says where it writes: "cache(memory)" or "cache(PATH)".
+        if step.name.startswith("cache(") and step.name != "cache(memory)":
+            raise ConfigError(
+                f"{step.name} in a pipeline split into {count} parts: every part would "
+                "write the same file. Cache in memory (cache()), or pass TorchIterable a "
+                "function that builds the pipeline with a path of its rank and worker."
+            )
+    # A part caches its own elements, not the whole pipeline's: an in-memory cache gets a
+    # store of its own, kept beside the pipeline's (so later epochs of the part read it).
+    stores = cast("dict[Any, dict[str, Any]]", pipeline._cache)
+    steps = [
+        _part_cache(step, stores.setdefault((i, count, index), {}))
+        if step.name == "cache(memory)"
+        else step
+        for i, step in enumerate(pipeline._steps)
+    ]
+    source = steps[0]
+
+    def make(run: _Run, stats: StageStats, upstream: Any) -> Stage:
+        inner = source.make(run, StageStats(source.name, source.kind), upstream)
+        return _Part(inner, stats, count, index)
+
+    part = Pipeline(
+        (_Step(f"{source.name}[{index}::{count}]", source.kind, make), *steps[1:]),
+        cpus=pipeline._cpus,
+        deterministic=pipeline._deterministic,
+        run_dir=pipeline._run_dir,
+    )
+    part._cache = pipeline._cache
+    return part
+
+
+def _part_cache(step: _Step, store: dict[str, Any]) -> _Step:
+    def make(run: _Run, stats: StageStats, build: Callable[[], Stage]) -> Stage:
+        return Cache(stats, build, store, None)
+
+    return _Step(step.name, step.kind, make, rebuilds=True)
+
+
+class _Part(Stage):
+    """Elements ``index``, ``index + count``, ... of the source below."""
+
+    def __init__(self, source: Stage, stats: StageStats, count: int, index: int) -> None:
+        super().__init__(source, stats)
+        self.count = count
+        self.index = index
+        self.position = 0
+
+    def __next__(self) -> Any:
+        started = time.perf_counter()
+        try:
+            while True:
+                element = self.pull()
+                if element is _END:
+                    raise StopIteration
+                position, self.position = self.position, self.position + 1
+                if position % self.count == self.index:
+                    self.stats.elements += 1
+                    return element
+        finally:
+            self.stats.busy_seconds += time.perf_counter() - started
+
+
+def rank_and_world_size() -> tuple[int, int]:
+    """This rank and the number of ranks: ``RANK``/``WORLD_SIZE``, else an initialised
+    torch.distributed, else 0 and 1.
+
+    Raises:
+        ConfigError: malformed or inconsistent values.
+    """
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if rank is None or world is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            rank, world = int(dist.get_rank()), int(dist.get_world_size())
+        else:
+            rank, world = 0, 1
+    if world < 1 or not 0 <= rank < world:
+        raise ConfigError(
+            f"RANK={rank} and WORLD_SIZE={world}: the rank must be in range(WORLD_SIZE); "
+            "paralela launch and torchrun set both."
+        )
+    return rank, world
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        raise ConfigError(f"{name}={value!r} is not a whole number; paralela launch sets it.")
+    return int(value)
+
+
+def _usable_cpus() -> int:
+    from paralela.backends._base import usable_cpus
+
+    return usable_cpus()
