@@ -100,3 +100,23 @@ def test_fail_all_fails_every_waiting_input() -> None:
         return [str(f.exception()) for f in futures]
 
     assert run(main()) == ["stopping", "stopping"]
+
+
+def test_free_workers_share_the_queue() -> None:
+    async def main() -> list[int]:
+        batcher = Batcher(max_batch=32, max_wait=0.0, max_queue=100)
+        takers = [asyncio.ensure_future(batcher.take()) for _ in range(2)]
+        await asyncio.sleep(0.01)  # both workers are free and waiting
+        batcher.put(list(range(8)))
+        return sorted(len(b) for b in await asyncio.gather(*takers))
+
+    assert run(main()) == [4, 4]
+
+
+def test_a_lone_free_worker_takes_the_whole_queue() -> None:
+    async def main() -> int:
+        batcher = Batcher(max_batch=32, max_wait=0.0, max_queue=100)
+        batcher.put(list(range(8)))
+        return len(await batcher.take())
+
+    assert run(main()) == 8

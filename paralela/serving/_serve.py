@@ -29,7 +29,11 @@ __all__ = ["CPUS_PER_WORKER", "serve"]
 
 #: Without GPUs, a worker per this many CPUs by default: a batched model uses threads
 #: well, and the server's event loop needs a CPU too. On 2 CPUs one worker with 2 threads
-#: answered 1.9x the requests/s of two with one thread each (the embedding example).
+#: answered 1.9x the requests/s of two with one thread each (the embedding example), and
+#: bench/results/serve.md has it at 85 % of the model's own batched ceiling. It assumes the
+#: CPUs are the server's alone: an OpenMP team waits at each barrier for a thread that lost
+#: its core, so beside other load (bench_serve.py's crowded run) --workers N with one
+#: thread each degrades more gently.
 CPUS_PER_WORKER = 4
 
 

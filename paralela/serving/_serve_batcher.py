@@ -58,6 +58,7 @@ class Batcher:
         self._items: collections.deque[Item] = collections.deque()
         self._waiters: list[asyncio.Future[None]] = []  # takers waiting for an input
         self._filling: list[asyncio.Future[None]] = []  # takers waiting for a full batch
+        self._takers = 0  # workers inside take(): free, waiting for a batch
 
     def __len__(self) -> int:
         return len(self._items)
@@ -85,7 +86,16 @@ class Batcher:
         return futures
 
     async def take(self) -> list[Item]:
-        """The next batch: between 1 and ``max_batch`` inputs whose requests still wait."""
+        """The next batch: between 1 and ``max_batch`` inputs whose requests still wait.
+        When several workers are free, each takes its share of the queue (8 inputs and 2
+        free workers: 4 each), so that none idles while another runs a double batch."""
+        self._takers += 1
+        try:
+            return await self._take()
+        finally:
+            self._takers -= 1
+
+    async def _take(self) -> list[Item]:
         loop = asyncio.get_running_loop()
         while True:
             self._drop_abandoned()
@@ -97,8 +107,9 @@ class Batcher:
                 if delay > 0:
                     await _wait(loop, self._filling, delay)
                     continue
+            share = -(-len(self._items) // self._takers)  # ceil: this taker's part
             batch: list[Item] = []
-            while self._items and len(batch) < self.max_batch:
+            while self._items and len(batch) < min(self.max_batch, share):
                 item = self._items.popleft()
                 if not item.future.done():
                     batch.append(item)
