@@ -46,9 +46,15 @@ __all__ = ["BACKENDS", "PredictResult", "predict"]
 #: Backends ``predict`` runs on: one model per worker process (threads would share one).
 BACKENDS = ("processes", "sequential", "slurm")
 #: Shards per worker at least, where the input allows (files are cut finer than
-#: ``split_bytes`` for it, down to 256 KiB): a worker done early takes another shard
-#: while a slow one finishes, and a resumed run loses at most a shard per worker.
+#: ``split_bytes`` for it, down to ``MIN_SHARD_BYTES``): a worker done early takes another
+#: shard while a slow one finishes, and a resumed run loses at most a shard per worker.
 SHARDS_PER_WORKER = 4
+#: The smallest shard cut from a file (mapreduce's floor, 256 KiB, is for records that
+#: cost microseconds). A model spends milliseconds per record: 16 KiB of sentences is
+#: ~300 records, about a second of a small model. With mapreduce's floor, 20,000
+#: sentences (1.6 MB) made 7 shards for 2 workers and one idled for a shard's time at the
+#: end (bench_predict.py).
+MIN_SHARD_BYTES = 16 * 1024
 
 
 @dataclass
@@ -171,7 +177,7 @@ def predict(
     their temporary files removed; finished shards stay in ``run_dir`` for the next call.
     """
     from paralela.mapping import imap
-    from paralela.mapreduce._inputs import MIN_SPLIT_BYTES, parse_split_bytes, plan_splits
+    from paralela.mapreduce._inputs import parse_split_bytes, plan_splits
     from paralela.mapreduce._output import check_output_dir, remove_temporaries
 
     started = time.perf_counter()
@@ -205,7 +211,7 @@ def predict(
                 min_splits=SHARDS_PER_WORKER * effective,
                 records_per_split=records_per_split,
                 encoding=encoding,
-                min_split_bytes=min(MIN_SPLIT_BYTES, split_size),
+                min_split_bytes=min(MIN_SHARD_BYTES, split_size),
             )
         )
         check_output_dir(out)
