@@ -32,7 +32,7 @@ from paralela.data._stats import StageStats
 from paralela.data._tuner import Tuner
 from paralela.errors import add_note
 
-__all__ = ["DaemonPool", "Interleave", "Map", "Prefetch", "Stage", "timed_call"]
+__all__ = ["DaemonPool", "Interleave", "Map", "Prefetch", "Stage", "timed_chunk"]
 
 _END = object()
 # Elements in flight per worker: one running and one waiting, so that a worker never idles
@@ -77,14 +77,6 @@ def failed(exc: BaseException, stats: StageStats, position: int) -> BaseExceptio
     return exc
 
 
-def timed_call(fn: Callable[[Any], Any], element: Any, process: bool) -> tuple[Any, float, float]:
-    """``fn(element)``, with the CPU time and wall time it took (in a worker)."""
-    clock = time.process_time if process else time.thread_time
-    cpu, wall = clock(), time.perf_counter()
-    result = fn(element)
-    return result, clock() - cpu, time.perf_counter() - wall
-
-
 class DaemonPool:
     """Threads for a stage, started as needed up to ``max_workers``; daemons, so that a
     function stuck in I/O never holds up the interpreter's exit."""
@@ -95,10 +87,15 @@ class DaemonPool:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads = 0
         self._idle = 0
+        self._closed = False
         self._lock = threading.Lock()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         future: Future[Any] = Future()
+        with self._lock:
+            if self._closed:  # a stage still pulling while the run stops: never runs
+                future.cancel()
+                return future
         self._jobs.put((future, fn, args))
         with self._lock:
             spawn = self._idle == 0 and self._threads < self.max_workers
@@ -120,6 +117,7 @@ class DaemonPool:
 
     def shutdown(self) -> None:
         with self._lock:
+            self._closed = True
             threads, self._threads = self._threads, 0
         for _ in range(threads):
             self._jobs.put(None)
@@ -140,6 +138,39 @@ class DaemonPool:
                 future.set_result(fn(*args))
             except BaseException as exc:
                 future.set_exception(exc)
+
+
+#: A process stage sends its elements in chunks of about this much work (measured), so
+#: that a task's round trip to its process (pickling, the pipe: ~0.3 ms of CPU) is a few
+#: percent of it; bench_data.py's 2 ms decode goes 5 to a task. Threads take one at a time.
+TASK_SECONDS = 0.01
+MAX_CHUNK = 64
+
+
+def timed_chunk(fn: Callable[[Any], Any], elements: list[Any], process: bool) -> tuple[Any, ...]:
+    """``fn`` over ``elements`` (in a worker): the results, the CPU and wall time they took,
+    and, when one raised, its index, the exception and its formatted traceback (the
+    results before it are kept)."""
+    import pickle
+    import traceback
+
+    clock = time.process_time if process else time.thread_time
+    cpu, wall = clock(), time.perf_counter()
+    results = []
+    failure = None
+    for index, element in enumerate(elements):
+        try:
+            results.append(fn(element))
+        except Exception as exc:
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            if process:
+                try:
+                    pickle.loads(pickle.dumps(exc))
+                except Exception:  # an exception that does not travel: its type and text
+                    exc = RuntimeError(f"{type(exc).__qualname__}: {exc}")
+            failure = (index, exc, tb)
+            break
+    return results, clock() - cpu, time.perf_counter() - wall, failure
 
 
 class Map(Stage):
@@ -167,13 +198,19 @@ class Map(Stage):
             stats.set_workers(workers)
         elif not stats.history:  # a repeat's rebuild keeps what was tuned
             stats.set_workers(1)
+        # (position of the chunk's first element, its future)
         self.window: collections.deque[tuple[int, Future[Any]]] = collections.deque()
+        self.ready: collections.deque[Any] = collections.deque()  # a chunk's results
+        self.failure: BaseException | None = None  # raised once `ready` is drained
+        self.chunk = 1
+        self.closed = False
+        self.done_elements = 0  # elements whose busy time is measured
         self.position = 0
         self.exhausted = False
         self.backend: Any = None
         self.pool: DaemonPool | None = None
         # As many processes or threads as workers (processes grow with the tuner; threads
-        # also shrink); up to WINDOW x workers elements in flight keep each busy.
+        # also shrink); up to WINDOW x workers chunks in flight keep each busy.
         if kind == "process":
             from paralela.backends._processes import ProcessBackend
 
@@ -181,31 +218,43 @@ class Map(Stage):
         else:
             self.pool = DaemonPool(stats.workers, stats.name)
 
-    def _submit(self, element: Any) -> Future[Any]:
-        process = self.kind == "process"
-        if process:
-            future: Future[Any] = self.backend.submit(timed_call, self.fn, element, True)
+    def _submit(self, elements: list[Any]) -> Future[Any]:
+        if self.kind == "process":
+            future: Future[Any] = self.backend.submit(timed_chunk, self.fn, elements, True)
             return future
         assert self.pool is not None
-        return self.pool.submit(timed_call, self.fn, element, False)
+        return self.pool.submit(timed_chunk, self.fn, elements, False)
 
     def _fill(self) -> None:
-        while not self.exhausted and len(self.window) < self.stats.workers * WINDOW:
-            try:
-                element = self.pull()
-            except Exception as exc:  # upstream failed: raised when its turn comes
+        while (not self.exhausted and not self.closed
+               and len(self.window) < self.stats.workers * WINDOW):  # fmt: skip
+            elements: list[Any] = []
+            error: Exception | None = None
+            while len(elements) < self.chunk:
+                try:
+                    element = self.pull()
+                except Exception as exc:  # upstream failed: raised when its turn comes
+                    error = exc
+                    break
+                if element is _END:
+                    self.exhausted = True
+                    break
+                elements.append(element)
+            if elements:
+                self.window.append((self.position, self._submit(elements)))
+                self.position += len(elements)
+            if error is not None:
                 upstream_failed: Future[Any] = Future()
-                upstream_failed.set_exception(exc)
+                upstream_failed.set_exception(error)
                 self.window.append((-1, upstream_failed))
                 self.exhausted = True
-                return
-            if element is _END:
-                self.exhausted = True
-                return
-            self.window.append((self.position, self._submit(element)))
-            self.position += 1
 
     def __next__(self) -> Any:
+        if self.ready:
+            return self._hand_out()
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
         if self.tuned is not None:
             before = self.stats.workers
             after = self.tuner.tick(self.tuned, sum(f.done() for _, f in self.window))
@@ -218,29 +267,49 @@ class Map(Stage):
         if not self.window:
             raise StopIteration
         started = time.perf_counter()
+        waiting = [self.window[0][1]] if self.deterministic else [f for _, f in self.window]
+        while not wait(waiting, timeout=0.1, return_when=FIRST_COMPLETED).done:
+            if self.closed:  # closed by the consumer while a prefetch thread waits here
+                raise StopIteration
         if self.deterministic:
             position, future = self.window.popleft()
-            wait([future])
         else:
-            done, _ = wait([f for _, f in self.window], return_when=FIRST_COMPLETED)
-            index = next(i for i, (_, f) in enumerate(self.window) if f in done)
+            index = next(i for i, (_, f) in enumerate(self.window) if f.done())
             position, future = self.window[index]
             del self.window[index]
         self.stats.wait_seconds += time.perf_counter() - started
         self.stats.queue = sum(f.done() for _, f in self.window)
         try:
-            result, cpu, wall = future.result()
+            results, cpu, wall, failure = future.result()
         except BaseException as exc:
             if position < 0:  # an upstream stage's error, named there
                 raise
             raise failed(exc, self.stats, position) from exc.__cause__
         self.stats.cpu_seconds += cpu
         self.stats.busy_seconds += wall
-        self.stats.elements += 1
+        self.done_elements += len(results) + (failure is not None)
+        if failure is not None:
+            self.failure = self._failure(position, *failure)
+        if self.kind == "process" and self.done_elements:
+            per_element = self.stats.busy_seconds / self.done_elements
+            self.chunk = max(1, min(MAX_CHUNK, round(TASK_SECONDS / max(per_element, 1e-6))))
+        self.ready.extend(results)
         self._fill()  # keep the workers busy while the consumer works
-        return result
+        return next(self)
+
+    def _hand_out(self) -> Any:
+        self.stats.elements += 1
+        return self.ready.popleft()
+
+    def _failure(self, position: int, index: int, exc: BaseException, tb: str) -> BaseException:
+        if self.kind == "process":
+            from paralela.backends._processes import RemoteTraceback
+
+            exc.__cause__ = RemoteTraceback(tb)
+        return failed(exc, self.stats, position + index)
 
     def close(self) -> None:
+        self.closed = True
         for _, future in self.window:
             future.cancel()
         self.window.clear()
