@@ -254,3 +254,37 @@ def test_stats_before_any_run_is_an_error() -> None:
 def test_the_pipeline_describes_its_stages() -> None:
     pipeline = Pipeline.from_iterable([1]).map(square).batch(2).prefetch()
     assert repr(pipeline) == "Pipeline(from_iterable(list) | map(square) | batch(2) | prefetch(2))"
+
+
+def test_a_prefetch_is_never_named_the_bottleneck_in_place_of_the_stage_above() -> None:
+    pipeline = Pipeline.from_iterable(range(60)).map(slow_io, workers=1).prefetch(2)
+    assert len(list(pipeline)) == 60
+    stats = pipeline.stats()
+    assert stats.stages[2].wait_seconds > 0  # the consumer waited on the prefetch...
+    assert stats.bottleneck is not None
+    assert stats.bottleneck.name == "map(slow_io)"  # ...which waited on the map
+
+
+def test_the_tuner_grows_a_stage_when_most_of_a_worker_fits() -> None:
+    import time
+
+    from paralela.data._stats import StageStats
+    from paralela.data._tuner import INTERVAL, Tuner
+
+    tuner = Tuner(2)
+    tuner.consumer_share = 0.05  # a consumer that mostly waits on a GPU
+    decode = StageStats("map(decode)", "process")
+    decode.set_workers(1)
+    decode.cpu_seconds = decode.busy_seconds = 1.0  # a whole CPU per worker
+    tuned = tuner.register(decode, maximum=2)
+    time.sleep(INTERVAL * 1.2)
+    decode.wait_seconds = 1.0  # the stage below waited on it all along
+    assert tuner.tick(tuned, ready=0) == 2  # 0.95 of a CPU left: one more worker
+    tuner_full = Tuner(1)
+    alone = StageStats("map(decode)", "process")
+    alone.set_workers(1)
+    alone.cpu_seconds = alone.busy_seconds = 1.0
+    tuned_alone = tuner_full.register(alone, maximum=4)
+    time.sleep(INTERVAL * 1.2)
+    alone.wait_seconds = 1.0
+    assert tuner_full.tick(tuned_alone, ready=0) == 1  # no CPU left in a budget of one

@@ -455,6 +455,7 @@ class Prefetch(Stage):
 
     def __init__(self, upstream: Stage, stats: StageStats, n: int) -> None:
         super().__init__(upstream, stats)
+        stats.relay = True
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=n)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=stats.name, daemon=True)

@@ -49,6 +49,7 @@ class StageStats:
     queue: int = 0
     capacity: int = 0
     history: list[tuple[float, int]] = field(default_factory=list)  # (time, workers)
+    relay: bool = False  # a prefetch: its waits are those of the stage above it
 
     @property
     def cpu_share(self) -> float:
@@ -103,7 +104,8 @@ class PipelineStats:
     def bottleneck(self) -> StageStats | None:
         """The stage the pipeline waited on most, or None when nothing waited."""
         waited = [s for s in self.stages if s.wait_seconds > 0]
-        return max(waited, key=lambda s: s.wait_seconds) if waited else None
+        own = [s for s in waited if not s.relay] or waited  # a prefetch only passes it on
+        return max(own, key=lambda s: s.wait_seconds) if own else None
 
     def to_dict(self) -> dict[str, Any]:
         return {

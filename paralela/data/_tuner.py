@@ -9,7 +9,8 @@ within the CPUs of the allocation.
       nobody waited and its finished elements pile up (ready >= workers) for IDLE_TICKS
         intervals ──> shrink by 1
     budget: sum over stages of workers x (CPU a worker uses while busy, measured)
-            + the consumer's own CPU share  <=  usable CPUs (affinity, cgroup quota)
+            + the consumer's own CPU share  <=  usable CPUs (affinity, cgroup quota),
+            to the nearest worker (a share of 0.95 CPU left takes a 1.0 worker)
 
 A stage of I/O (threads that wait on files or the network) measures a small CPU share, so
 it may run many workers; a stage of pure-Python decoding measures ~1.0 and gets at most
@@ -82,8 +83,8 @@ class Tuner:
             share = min(1.0, stats.cpu_share)
             room = self.cpus - self.consumer_share - self.used()
             grow = min(max(1, workers // 2), tuned.maximum - workers)
-            if share > 0:
-                grow = min(grow, int(room / share + 1e-9))
+            if share > 0:  # to the nearest worker: 0.95 of a CPU left fits one more
+                grow = min(grow, int(room / share + 0.5))
             if grow > 0:
                 stats.set_workers(workers + grow)
         elif waited == 0 and ready >= workers and workers > 1:
