@@ -36,6 +36,7 @@ def test_every_example_is_tested() -> None:
         "serve_embeddings.py",
         "digits_model.py",
         "train_ddp.py",
+        "train_ddp_pipeline.py",
         # run under their strategies' tests: tests/test_distributed_{ps,pipeline,tf}.py
         "train_ps.py",
         "train_pipeline.py",
@@ -122,6 +123,22 @@ def test_train_ddp_learns_the_digits_and_resumes(tmp_path: Path) -> None:
     assert more.returncode == 0, more.stdout + more.stderr
     assert "[rank 0] resuming after epoch 3" in more.stdout
     assert json.loads(out.read_text())["accuracy"] > 0.85
+
+
+def test_train_ddp_pipeline_learns_the_digits_from_a_pipeline(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "paralela", "launch", "--nproc", "2",
+         str(EXAMPLES / "train_ddp_pipeline.py"), "--epochs", "3", "--out", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 2
+    assert result["accuracy"] > 0.85
 
 
 def test_wordcount_equals_a_serial_counter(tmp_path: Path) -> None:
