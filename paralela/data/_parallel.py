@@ -321,29 +321,35 @@ class Map(Stage):
         super().close()
 
 
+def feed(elements: Iterable[Any], into: queue.Queue[Any], stop: threading.Event) -> None:
+    """Put ``("ok", element)`` for each element into ``into``, then ``("end", None)`` (or
+    ``("err", exc)``); a thread's body. Gives up once ``stop`` is set (the run closed)."""
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            with contextlib.suppress(queue.Full):
+                into.put(item, timeout=0.1)
+                return True
+        return False
+
+    try:
+        for element in elements:
+            if not put(("ok", element)):
+                return
+        put(("end", None))
+    except BaseException as exc:
+        put(("err", exc))
+
+
 class _Reader:
     """One source of an interleave, read ahead by a thread into a small queue."""
 
     def __init__(self, elements: Iterable[Any], stop: threading.Event, name: str) -> None:
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self.stop = stop
-        threading.Thread(target=self._run, args=(elements,), name=name, daemon=True).start()
-
-    def _run(self, elements: Iterable[Any]) -> None:
-        try:
-            for element in elements:
-                if not self._put(("ok", element)):
-                    return
-            self._put(("end", None))
-        except BaseException as exc:
-            self._put(("err", exc))
-
-    def _put(self, item: tuple[str, Any]) -> bool:
-        while not self.stop.is_set():
-            with contextlib.suppress(queue.Full):
-                self.queue.put(item, timeout=0.1)
-                return True
-        return False
+        threading.Thread(
+            target=feed, args=(elements, self.queue, stop), name=name, daemon=True
+        ).start()
 
 
 class Interleave(Stage):
@@ -458,25 +464,10 @@ class Prefetch(Stage):
         stats.relay = True
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=n)
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=stats.name, daemon=True)
+        self.thread = threading.Thread(
+            target=feed, args=(upstream, self.queue, self.stop), name=stats.name, daemon=True
+        )
         self.thread.start()
-
-    def _run(self) -> None:
-        assert self.upstream is not None
-        try:
-            for element in self.upstream:
-                if not self._put(("ok", element)):
-                    return
-            self._put(("end", None))
-        except BaseException as exc:
-            self._put(("err", exc))
-
-    def _put(self, item: tuple[str, Any]) -> bool:
-        while not self.stop.is_set():
-            with contextlib.suppress(queue.Full):
-                self.queue.put(item, timeout=0.1)
-                return True
-        return False
 
     def __next__(self) -> Any:
         started = time.perf_counter()
