@@ -288,3 +288,12 @@ def test_the_tuner_grows_a_stage_when_most_of_a_worker_fits() -> None:
     time.sleep(INTERVAL * 1.2)
     alone.wait_seconds = 1.0
     assert tuner_full.tick(tuned_alone, ready=0) == 1  # no CPU left in a budget of one
+
+
+def test_a_pipeline_that_ran_can_be_pickled() -> None:
+    import cloudpickle as pickle  # its steps are closures, as spawned workers receive them
+
+    pipeline = Pipeline.from_iterable(range(3)).batch(2)
+    assert list(pipeline) == [[0, 1], [2]]
+    copy = pickle.loads(pickle.dumps(pipeline))
+    assert list(copy) == [[0, 1], [2]]

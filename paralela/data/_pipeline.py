@@ -324,6 +324,13 @@ class Pipeline:
             raise ConfigError("stats() describes a run: iterate the pipeline first.")
         return self._last_stats
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A pipeline travels (to spawned DataLoader workers, to processes) without its
+        last run, which belongs to the process that ran it."""
+        state = self.__dict__.copy()
+        state["_last"] = None
+        return state
+
     def __repr__(self) -> str:
         return "Pipeline(" + " | ".join(s.name for s in self._steps) + ")"
 
