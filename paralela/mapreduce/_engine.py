@@ -184,6 +184,7 @@ def run_local(job: LocalJob) -> MapReduceResult:
     summary = job.summary
     t0 = time.perf_counter()
     temporary: str | None = None
+    spill_dir: Path | None = None
     keep_temporary = False
     try:
         if job.run_dir is not None:
@@ -235,14 +236,22 @@ def run_local(job: LocalJob) -> MapReduceResult:
             cleanup_dir=temporary if keep_temporary else None,
         )
     except TaskFailed as failed:
+        _remove_cut_short(job, spill_dir)
         raise reraise(failed)  # noqa: B904  (its __cause__ is the user's exception)
     except BaseException:
-        if job.output is not None:  # parts whose writing a stopped task cut short
-            remove_temporaries(job.output)
+        _remove_cut_short(job, spill_dir)
         raise
     finally:
         if temporary is not None and not keep_temporary:
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _remove_cut_short(job: LocalJob, spill_dir: Path | None) -> None:
+    """Remove the temporary files of spills and parts whose writing a stopped task cut
+    short (a worker killed mid-write when another task failed, a full disk, Ctrl-C)."""
+    for directory in (job.output, spill_dir):
+        if directory is not None and Path(directory).is_dir():
+            remove_temporaries(directory)
 
 
 def _imap_options(job: LocalJob, run_dir: Path | None, key: str | None) -> dict[str, Any]:
