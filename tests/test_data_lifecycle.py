@@ -5,7 +5,6 @@ bounded under a slow consumer, and ``workers="auto"`` keeps within the CPU budge
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -176,7 +175,6 @@ def test_auto_grows_an_io_stage_beyond_the_cpus_and_a_cpu_stage_up_to_them() -> 
     assert 1 <= cpu.stats().stages[1].max_workers <= cpus
 
 
-@pytest.mark.skipif(shutil.which("taskset") is None, reason="util-linux's taskset is missing")
 def test_auto_keeps_within_a_declared_allocation_smaller_than_the_machine(
     tmp_path: Path,
 ) -> None:
