@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from paralela.staging import StageError, StageResult, VerificationError, stage, verify_stage
     from paralela.sweeping import (
         Categorical,
+        Choice,
         Fixed,
         Float,
         Grid,
@@ -161,6 +162,7 @@ _LAZY: dict[str, str] = {
             "Float",
             "Int",
             "Categorical",
+            "Choice",
             "Fixed",
             "Grid",
             "load_space",
@@ -200,6 +202,7 @@ __all__ = [
     "Float",
     "Int",
     "Categorical",
+    "Choice",
     "Fixed",
     "Grid",
     "load_space",

@@ -22,6 +22,7 @@ EXPORTED = {
     "Float",
     "Int",
     "Categorical",
+    "Choice",
     "Fixed",
     "Grid",
     "load_space",

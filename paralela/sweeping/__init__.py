@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from paralela.sweeping._results import SweepResult, TrialRecord
     from paralela.sweeping._space import (
         Categorical,
+        Choice,
         Fixed,
         Float,
         Grid,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Categorical",
+    "Choice",
     "Fixed",
     "Float",
     "Grid",
@@ -50,7 +52,7 @@ _LAZY = {
     "SweepResult": "paralela.sweeping._results",
     "TrialRecord": "paralela.sweeping._results",
     **dict.fromkeys(
-        ("Categorical", "Fixed", "Float", "Grid", "Int", "Space", "load_space"),
+        ("Categorical", "Choice", "Fixed", "Float", "Grid", "Int", "Space", "load_space"),
         "paralela.sweeping._space",
     ),
 }

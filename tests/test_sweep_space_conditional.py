@@ -1,0 +1,491 @@
+"""Conditional search spaces: a choice whose options carry parameters of their own."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+import paralela
+from paralela.errors import ConfigError
+from paralela.sweeping._space import (
+    MAX_GRID_POINTS,
+    Categorical,
+    Choice,
+    Fixed,
+    Float,
+    Grid,
+    Int,
+    Space,
+    branch_params,
+    load_space,
+    space_from_dict,
+)
+
+MODELS_YAML = """\
+model:
+  type: choice
+  options:
+    logreg: {C: {type: float, low: 1e-3, high: 1e3, log: true}}
+    forest: {n_estimators: {type: int, low: 50, high: 500}, max_depth: [4, 8, null]}
+    svm:    {C: {type: float, low: 1e-2, high: 1e2, log: true}, kernel: [rbf, linear]}
+    knn:
+seed: 3
+"""
+
+MODELS_TOML = """\
+seed = 3
+
+[model]
+type = "choice"
+
+[model.options.logreg]
+C = {type = "float", low = 1e-3, high = 1e3, log = true}
+
+[model.options.forest]
+n_estimators = {type = "int", low = 50, high = 500}
+max_depth = [4, 8]
+
+[model.options.svm]
+C = {type = "float", low = 1e-2, high = 1e2, log = true}
+kernel = ["rbf", "linear"]
+
+[model.options.knn]
+"""
+
+MODELS = Space(
+    (
+        Choice(
+            "model",
+            {
+                "logreg": [Float("C", 1e-3, 1e3, log=True)],
+                "forest": [Int("n_estimators", 50, 500), Categorical("max_depth", (4, 8, None))],
+                "svm": Space(
+                    (Float("C", 1e-2, 1e2, log=True), Categorical("kernel", ("rbf", "linear")))
+                ),
+                "knn": None,
+            },
+        ),
+        Fixed("seed", 3),
+    )
+)
+
+# Each option's flat parameter names.
+BRANCHES = {
+    "logreg": {"logreg.C"},
+    "forest": {"forest.n_estimators", "forest.max_depth"},
+    "svm": {"svm.C", "svm.kernel"},
+    "knn": set(),
+}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_optuna() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def check_branch(space: Space, params: dict[str, Any]) -> None:
+    """``params`` hold the choice and exactly its option's parameters, each in range."""
+    option = params["model"]
+    assert set(params) - {"model", "seed"} == BRANCHES[option], params
+    space.validate(space.complete(params))
+
+
+# -- reading -------------------------------------------------------------------------
+
+
+def test_yaml_toml_and_code_give_one_space(tmp_path: Path) -> None:
+    from_yaml = load_space(_write(tmp_path, "s.yaml", MODELS_YAML))
+    from_toml = load_space(_write(tmp_path, "s.toml", MODELS_TOML))
+    assert from_yaml == MODELS
+    # TOML has no null: its forest has max_depth [4, 8]
+    assert from_toml.to_dict()["model"]["options"]["forest"]["max_depth"]["choices"] == [4, 8]
+    assert sorted(from_toml.names) == sorted(from_yaml.names)  # TOML: seed comes first
+    assert MODELS.conditional
+    assert not Space((Float("x", 0, 1),)).conditional
+
+
+def test_flat_names_in_order() -> None:
+    assert MODELS.names == [
+        "model",
+        "logreg.C",
+        "forest.n_estimators",
+        "forest.max_depth",
+        "svm.C",
+        "svm.kernel",
+        "seed",
+    ]
+    assert MODELS.fixed() == {"seed": 3}
+
+
+def test_to_dict_round_trips() -> None:
+    data = MODELS.to_dict()
+    assert data["model"]["options"]["knn"] is None
+    assert space_from_dict(data) == MODELS
+
+
+def test_choice_of_an_option_without_parameters_in_code() -> None:
+    choice = Choice("model", {"a": None, "b": [], "c": {}})
+    assert all(branch == Space(()) for branch in choice.options.values())
+    assert hash(choice) == hash(Choice("model", {"a": None, "b": None, "c": None}))
+
+
+def test_nested_choices_nest_prefixes() -> None:
+    space = space_from_dict(
+        {
+            "model": {
+                "type": "choice",
+                "options": {
+                    "forest": {
+                        "criterion": {
+                            "type": "choice",
+                            "options": {"gini": {"x": [1, 2]}, "entropy": None},
+                        },
+                        "depth": [3, 5],
+                    },
+                    "knn": {"k": [1, 5]},
+                },
+            }
+        }
+    )
+    assert space.names == [
+        "model",
+        "forest.criterion",
+        "forest.gini.x",
+        "forest.depth",
+        "knn.k",
+    ]
+    assert space.grid() == [
+        {"model": "forest", "forest.criterion": "gini", "forest.gini.x": 1, "forest.depth": 3},
+        {"model": "forest", "forest.criterion": "gini", "forest.gini.x": 1, "forest.depth": 5},
+        {"model": "forest", "forest.criterion": "gini", "forest.gini.x": 2, "forest.depth": 3},
+        {"model": "forest", "forest.criterion": "gini", "forest.gini.x": 2, "forest.depth": 5},
+        {"model": "forest", "forest.criterion": "entropy", "forest.depth": 3},
+        {"model": "forest", "forest.criterion": "entropy", "forest.depth": 5},
+        {"model": "knn", "knn.k": 1},
+        {"model": "knn", "knn.k": 5},
+    ]
+    assert branch_params(space.grid()[0], "forest") == {
+        "criterion": "gini",
+        "gini.x": 1,
+        "depth": 3,
+    }
+
+
+def test_two_options_may_share_a_parameter_name() -> None:
+    assert {"logreg.C", "svm.C"} <= set(MODELS.names)
+
+
+def test_branch_params() -> None:
+    params = {"model": "forest", "forest.n_estimators": 120, "forest.max_depth": 8, "seed": 3}
+    assert branch_params(params, "forest") == {"n_estimators": 120, "max_depth": 8}
+    assert branch_params(params, "forest.") == {"n_estimators": 120, "max_depth": 8}
+    assert branch_params(params, "svm") == {}
+
+
+def test_exported() -> None:
+    assert paralela.Choice is Choice
+    assert paralela.sweeping.Choice is Choice
+
+
+# -- errors --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            "model: {type: choice, options: {forest: {depth: {type: int, low: 5, high: 1}}}}",
+            "line 1, parameter 'model', option 'forest', parameter 'depth': low (5) must be less",
+        ),
+        ("model: {type: choice}", "line 1, parameter 'model': type choice needs 'options'"),
+        ("model: {type: choice, options: {}}", "options must be a non-empty mapping"),
+        ("model: {type: choice, options: [a, b]}", "options must be a non-empty mapping"),
+        ("model: {type: choice, options: {a.b: null}}", "option 'a.b' is not a valid option"),
+        ("model: {type: choice, options: {1x: null}}", "option '1x' is not a valid option"),
+        ("model: {type: choice, options: {yes: null}}", "quote the name"),
+        ("model: {type: choice, options: {a: 3}}", "option 'a' must map parameter names"),
+        (
+            "model: {type: choice, options: {a: {v: {type: fixed, value: [1, 2]}}}}",
+            "option 'a', parameter 'v': a fixed value inside an option",
+        ),
+        (
+            "model: {type: choice, options: {a: {v: {type: nope}}}}",
+            "option 'a', parameter 'v': unknown type 'nope'",
+        ),
+    ],
+)
+def test_bad_choice_in_yaml(tmp_path: Path, entry: str, message: str) -> None:
+    path = _write(tmp_path, "s.yaml", entry + "\n")
+    with pytest.raises(ConfigError, match="^" + str(path).replace("\\", "\\\\")) as info:
+        load_space(path)
+    assert message in str(info.value)
+
+
+def test_nested_error_names_its_own_line(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "s.yaml",
+        """\
+        lr: {type: float, low: 0.001, high: 0.1}
+        model:
+          type: choice
+          options:
+            logreg: {C: {type: float, low: 1e-3, high: 1e3, log: true}}
+            forest:
+              n_estimators: {type: int, low: 50, high: 500}
+              max_depth: {type: categorical, choices: []}
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_space(path)
+    assert str(info.value) == (
+        f"{path}, line 8, parameter 'model', option 'forest', parameter 'max_depth': "
+        "choices is empty; give at least one value."
+    )
+
+
+def test_deeply_nested_error_names_the_whole_path(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "s.yaml",
+        """\
+        model:
+          type: choice
+          options:
+            forest:
+              criterion:
+                type: choice
+                options:
+                  gini: {x: {type: float, low: 1, high: 0}}
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_space(path)
+    assert str(info.value).startswith(
+        f"{path}, line 8, parameter 'model', option 'forest', parameter 'criterion', "
+        "option 'gini', parameter 'x': low (1.0) must be less than high (0.0)"
+    )
+
+
+def test_toml_error_names_the_choice_line(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "s.toml",
+        """\
+        lr = 0.1
+        model = {type = "choice", options = {svm = {C = {type = "float", low = 2, high = 1}}}}
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_space(path)
+    assert str(info.value).startswith(
+        f"{path}, line 2, parameter 'model', option 'svm', parameter 'C': low (2.0)"
+    )
+
+
+def test_bad_choice_in_code_names_the_path() -> None:
+    with pytest.raises(ConfigError, match="Parameter 'model', option 'a', parameter 'v'"):
+        Choice("model", {"a": {"v": {"type": "int", "low": 1.5, "high": 3}}})
+    with pytest.raises(ConfigError, match=r"Parameter 'model', option 'a': .*'x' is defined twice"):
+        Choice("model", {"a": [Int("x", 1, 2), Int("x", 1, 3)]})
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            (Choice("model", {"forest": [Int("depth", 1, 3)]}), Int("forest.depth", 1, 3)),
+            "Parameter 'forest.depth' is defined twice: in option 'forest' of 'model' and at "
+            "the top level",
+        ),
+        (
+            (
+                Choice("model", {"forest": [Int("depth", 1, 3)]}),
+                Choice("other", {"forest": [Int("depth", 1, 3)]}),
+            ),
+            "in option 'forest' of 'model' and in option 'forest' of 'other'",
+        ),
+    ],
+)
+def test_flat_names_must_not_collide(params: tuple[Any, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match="rename one of them") as info:
+        Space(params)
+    assert message in str(info.value)
+
+
+def test_flat_name_collision_in_a_file_names_the_file(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "s.yaml",
+        """\
+        forest.depth: [1, 2]
+        model: {type: choice, options: {forest: {depth: [1, 2]}}}
+        """,
+    )
+    with pytest.raises(ConfigError, match=r"'forest\.depth' is defined twice"):
+        load_space(path)
+
+
+# -- validate ------------------------------------------------------------------------
+
+
+def test_validate_accepts_each_branch() -> None:
+    MODELS.validate({"model": "knn"})
+    MODELS.validate({"model": "logreg", "logreg.C": 1.0, "seed": 3})
+    MODELS.validate({"model": "forest", "forest.n_estimators": 50, "forest.max_depth": None})
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"model": "forest", "forest.n_estimators": 60, "forest.max_depth": 4, "svm.C": 1.0},
+            "sets 'svm.C', a parameter of option 'svm' of 'model', but 'model' is 'forest' "
+            "here; leave 'svm.C' out",
+        ),
+        ({"logreg.C": 1.0}, "but 'model' is not given"),
+        ({"model": "forest", "forest.n_estimators": 60}, "gives no value for 'forest.max_depth'"),
+        ({"model": "tree"}, "model = 'tree' is not one of the options ['logreg', 'forest', "),
+        ({"model": "logreg", "logreg.C": 1e9}, "logreg.C = 1000000000.0 is outside"),
+        ({"model": "knn", "knn.k": 3}, "sets 'knn.k', which the space does not define"),
+    ],
+)
+def test_validate_refuses(params: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        MODELS.validate(params)
+    assert message in str(info.value)
+
+
+def test_complete_adds_fixed_values_of_the_chosen_option() -> None:
+    space = Space((Choice("m", {"a": [Fixed("k", 2), Int("x", 1, 3)], "b": [Fixed("k", 9)]}),))
+    assert space.complete({"m": "a", "x": 1, "a.x": 2}) == {"m": "a", "a.k": 2, "a.x": 2, "x": 1}
+    assert space.complete({"m": "b"}) == {"m": "b", "b.k": 9}
+
+
+# -- sampling ------------------------------------------------------------------------
+
+
+def test_sample_never_mixes_branches_over_200_tpe_trials() -> None:
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=20))
+    seen: dict[str, int] = {}
+    for _ in range(200):
+        trial = study.ask()
+        params = MODELS.sample(trial)
+        assert params == trial.params
+        check_branch(MODELS, params)
+        seen[params["model"]] = seen.get(params["model"], 0) + 1
+        # a score that only forest with many trees makes good: TPE should head there
+        good = params["model"] == "forest" and params["forest.n_estimators"] > 300
+        study.tell(trial, 0.0 if good else 1.0)
+    assert set(seen) == set(BRANCHES)
+    assert seen["forest"] == max(seen.values())
+
+
+def test_sample_puts_an_options_fixed_values_in_the_trial() -> None:
+    space = Space((Choice("m", {"a": [Fixed("n_jobs", 1), Grid("x", (1, 2))], "b": None}),))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(20):
+        trial = study.ask()
+        params = space.sample(trial)
+        assert params in (
+            {"m": "b"},
+            {"m": "a", "a.n_jobs": 1, "a.x": 1},
+            {"m": "a", "a.n_jobs": 1, "a.x": 2},
+        )
+        study.tell(trial, 0.0)
+
+
+def test_sample_of_a_plain_space_matches_its_distributions() -> None:
+    space = Space((Float("lr", 1e-4, 1e-1, log=True), Int("layers", 1, 4), Fixed("seed", 1)))
+    trial = optuna.create_study().ask()
+    params = space.sample(trial)
+    assert set(params) == {"lr", "layers"}
+    assert trial.distributions == space.distributions()
+
+
+def test_sample_takes_enqueued_values() -> None:
+    study = optuna.create_study()
+    study.enqueue_trial({"model": "svm", "svm.C": 2.0, "svm.kernel": "linear"})
+    assert MODELS.sample(study.ask()) == {"model": "svm", "svm.C": 2.0, "svm.kernel": "linear"}
+
+
+def test_sample_with_a_fixed_trial() -> None:
+    trial = optuna.trial.FixedTrial(
+        {"model": "forest", "forest.n_estimators": 70, "forest.max_depth": 8}
+    )
+    assert MODELS.sample(trial) == {
+        "model": "forest",
+        "forest.n_estimators": 70,
+        "forest.max_depth": 8,
+    }
+
+
+# -- grid ----------------------------------------------------------------------------
+
+
+GRID = Space(
+    (
+        Choice(
+            "model",
+            {
+                "logreg": [Grid("C", (0.1, 1.0, 10.0))],
+                "forest": [
+                    Int("n_estimators", 100, 300, step=100),
+                    Categorical("max_depth", (4, None)),
+                ],
+                "knn": None,
+            },
+        ),
+        Grid("scale", (True, False)),
+        Fixed("seed", 0),
+    )
+)
+
+
+def test_grid_enumerates_every_options_grid() -> None:
+    points = GRID.grid()
+    assert len(points) == (3 + 3 * 2 + 1) * 2
+    assert points[:3] == [
+        {"model": "logreg", "logreg.C": 0.1, "scale": True, "seed": 0},
+        {"model": "logreg", "logreg.C": 0.1, "scale": False, "seed": 0},
+        {"model": "logreg", "logreg.C": 1.0, "scale": True, "seed": 0},
+    ]
+    forest = [p for p in points if p["model"] == "forest"]
+    assert {(p["forest.n_estimators"], p["forest.max_depth"], p["scale"]) for p in forest} == {
+        (n, d, s) for n in (100, 200, 300) for d in (4, None) for s in (True, False)
+    }
+    assert [p for p in points if p["model"] == "knn"] == [
+        {"model": "knn", "scale": True, "seed": 0},
+        {"model": "knn", "scale": False, "seed": 0},
+    ]
+    for point in points:
+        GRID.validate(point)
+        assert len({tuple(sorted(p.items(), key=str)) for p in points}) == len(points)
+
+
+def test_grid_refuses_a_continuous_float_inside_an_option() -> None:
+    with pytest.raises(ConfigError, match=r"'logreg\.C', 'svm\.C' is a continuous float"):
+        MODELS.grid()
+
+
+def test_grid_limit_counts_every_option() -> None:
+    side = math.isqrt(MAX_GRID_POINTS) + 1
+    space = Space((Choice("m", {"a": [Int("x", 1, side), Int("y", 1, side)], "b": None}),))
+    with pytest.raises(ConfigError, match=rf"The grid has {side * side + 1:,} points \(m: "):
+        space.grid()
+
+
+def test_conditional_space_has_no_grid_axes() -> None:
+    with pytest.raises(ConfigError, match="GridSampler cannot search it"):
+        GRID.grid_axes()
