@@ -17,7 +17,7 @@ from sklearn.svm import SVC
 
 from paralela.comparing._families import ALIASES, Family, families_from, resolve_estimator
 from paralela.errors import ConfigError
-from paralela.sweeping._space import Float, Grid, Int, Space
+from paralela.sweeping._space import Choice, Float, Grid, Int, Space
 
 COMPARE_YAML = """\
 model:
@@ -216,8 +216,6 @@ def test_a_mapping_in_the_file_form() -> None:
 
 
 def test_a_space_object_with_a_choice() -> None:
-    from paralela.sweeping._space import Choice  # type: ignore[attr-defined,unused-ignore]
-
     space = Space((Choice("model", {"svm": (Float("C", 0.1, 10.0),), "knn": None}),))
     families = by_name(families_from(space, classification=True))
     assert families["svm"].space.names == ["C"]

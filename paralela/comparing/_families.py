@@ -35,6 +35,7 @@ from typing import Any
 
 from paralela.errors import ConfigError
 from paralela.sweeping._space import (
+    Choice,
     Grid,
     Param,
     Space,
@@ -262,9 +263,8 @@ def _param_names(space: Space) -> list[str]:
     names: list[str] = []
     for p in space.params:
         names.append(p.name)
-        options = getattr(p, "options", None)
-        if isinstance(options, Mapping):
-            for option in options.values():
+        if isinstance(p, Choice):
+            for option in p.options.values():
                 names.extend(_param_names(_branch_space(option)))
     return names
 
@@ -396,8 +396,8 @@ def _from_estimators(
     return families
 
 
-def _choice_of(space: Space, source: str) -> Param:
-    choices = [p for p in space.params if isinstance(getattr(p, "options", None), Mapping)]
+def _choice_of(space: Space, source: str) -> Choice:
+    choices = [p for p in space.params if isinstance(p, Choice)]
     others = [p.name for p in space.params if p not in choices]
     if len(choices) != 1 or others:
         found = f"{len(choices)} choices" if len(choices) != 1 else f"also {', '.join(others)}"
@@ -419,7 +419,7 @@ def _from_space(
     source: str,
 ) -> list[Family]:
     choice = _choice_of(space, source)
-    options: Mapping[str, Any] = getattr(choice, "options")  # noqa: B009 (duck-typed Choice)
+    options: Mapping[str, Any] = choice.options
     unknown = [k for k in estimators if k not in options]
     if unknown:
         raise ConfigError(
