@@ -303,6 +303,11 @@ def slow_by_phase(params: dict[str, Any]) -> float:
     return float(params["x"])
 
 
+def slow_by_phase_trial(trial: Any) -> float:
+    """:func:`slow_by_phase` as an Optuna objective: it samples ``x`` itself."""
+    return slow_by_phase({"x": trial.suggest_float("x", 0.0, 1.0)})
+
+
 def claim_quick() -> bool:
     """True for the first two callers (any process) of a test."""
     directory = Path(os.environ[RECORD_VARIABLE]).parent

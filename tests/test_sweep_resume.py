@@ -41,13 +41,16 @@ import paralela
 import sweep_helpers
 
 kind, run_dir = sys.argv[1], Path(sys.argv[2])
+space = {{"x": {{"type": "float", "low": 0.0, "high": 1.0}}}}
 if kind == "function":
     objective = sweep_helpers.slow_by_phase
+elif kind == "optuna":  # objective(trial): samples x itself, in its worker
+    objective, space = sweep_helpers.slow_by_phase_trial, None
 else:
     objective = sweep_helpers.command(run_dir.parent / "resume_trial.py")
 paralela.sweep(
     objective,
-    {{"x": {{"type": "float", "low": 0.0, "high": 1.0}}}},
+    space,
     n_trials={N_TRIALS},
     workers=2,
     run_dir=run_dir,
@@ -99,7 +102,7 @@ def key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True)
 
 
-@pytest.mark.parametrize("kind", ["command", "function"])
+@pytest.mark.parametrize("kind", ["command", "function", "optuna"])
 def test_a_killed_driver_resumes_finished_trials_kept_interrupted_ones_rerun_once(
     kind: str, tmp_path: Path, poll: Callable[..., None]
 ) -> None:

@@ -18,7 +18,8 @@ SWEEP_HELP = (
     "The trial is a command given after '--', with {name} placeholders filled from the "
     "space (the parameters are also in $PARALELA_TRIAL_PARAMS as JSON; the trial calls "
     "paralela.report(value, step=...) and its last report is its value), or a Python "
-    "function given with --function MODULE:FUNC, called as func(params).\n\n"
+    "function given with --function MODULE:FUNC, called as func(params), or an Optuna "
+    "objective func(trial) run unchanged (then --space may be left out).\n\n"
     "Example: paralela sweep --space space.yaml --trials 50 --pruner median -- "
     "python train.py --lr {lr} --hidden {hidden}\n\n"
     "On Slurm: --backend slurm --gpus-per-node 4 submits the sweep as one job and "
@@ -59,8 +60,14 @@ SLURM_MODES = ("pack", "per-trial")
 def sweep(
     ctx: typer.Context,
     space: Annotated[
-        Path, typer.Option("--space", "-s", help="YAML, TOML or CSV (one row per trial) space.")
-    ],
+        Path | None,
+        typer.Option(
+            "--space",
+            "-s",
+            help="YAML, TOML or CSV (one row per trial) space; an Optuna objective(trial) "
+            "given with --function may leave it out.",
+        ),
+    ] = None,
     function: Annotated[
         str | None,
         typer.Option("--function", "-f", help="MODULE:FUNC or file.py:func instead of a command."),
@@ -201,6 +208,8 @@ def sweep(
         objective = load_function(function)
     elif command:
         objective = command
+        if space is None:
+            fail("give the space of the command's parameters: --space FILE.", EXIT_USAGE)
     else:
         fail("give the trial command after '--' (or --function MODULE:FUNC).", EXIT_USAGE)
     directions = [d.strip() for d in direction.split(",")]

@@ -99,20 +99,24 @@ def submit(
     from paralela.sweeping import SweepError
     from paralela.sweeping._identity import identify
     from paralela.sweeping._slurm import submit_sweep
-    from paralela.sweeping._space import as_space
+    from paralela.sweeping._space import Space, as_space
 
     params = ctx.params
     if function is None and not command:
         fail("give the trial command after '--' (or --function MODULE:FUNC).", EXIT_USAGE)
     space = params["space"]
+    if space is None and function is None:
+        fail("give the space of the command's parameters: --space FILE.", EXIT_USAGE)
     try:
-        space_ = as_space(space)  # a broken space fails here, not after waiting in the queue
+        # A broken space fails here, not after waiting in the queue. None: an Optuna
+        # objective(trial) defines its parameters as it runs.
+        space_ = Space(()) if space is None else as_space(space)
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     # The name the sweep would pick itself (paralela.sweep's rule), made explicit.
     name = study or identify(function, command or None, space_).default_name
     root = run_dir if run_dir is not None else Path("paralela-runs") / name
-    args = ["--space", str(space)]
+    args = [] if space is None else ["--space", str(space)]
     if function is not None:
         args += ["--function", function]
     from paralela.cli._sweep import sweep

@@ -17,6 +17,7 @@ from paralela.resources import Slot
 from paralela.sweeping._disk import storage_errors
 from paralela.sweeping._driver import Budget, check_budget, run_trials
 from paralela.sweeping._identity import check_identity, check_run_dir, identify
+from paralela.sweeping._objective import takes_trial
 from paralela.sweeping._outputs import records_from_study, write_outputs
 from paralela.sweeping._results import SweepResult
 from paralela.sweeping._space import Space, as_space
@@ -124,9 +125,10 @@ def _local_only(
 
 
 def sweep(
-    objective: Callable[[dict[str, Any]], Any] | Sequence[str],
-    space: Space | Mapping[str, Any] | str | os.PathLike[str],
+    objective: Callable[..., Any] | Sequence[str],
+    space: Space | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     *,
+    define_by_run: bool | None = None,
     n_trials: int | None = None,
     timeout: float | None = None,
     direction: str | Sequence[str] = "minimize",
@@ -154,12 +156,21 @@ def sweep(
     Args:
         objective: a function ``objective(params) -> value`` (run in a worker pinned to
             its slot; ``paralela.report(value, step)`` inside records intermediate
-            values and raises ``TrialPruned`` when the pruner stops the trial), or a
-            command as a list of strings with ``{name}`` placeholders (any program; the
-            parameters are also in ``$PARALELA_TRIAL_PARAMS`` as JSON; it calls
-            ``paralela.report`` and its last report is its value).
+            values and raises ``TrialPruned`` when the pruner stops the trial); an
+            Optuna objective ``objective(trial) -> value``, run unchanged
+            (``trial.suggest_*``, ``trial.report``/``should_prune``, ``raise
+            optuna.TrialPruned()``, ``set_user_attr``, sampled in its worker with the
+            sweep's sampler); or a command as a list of strings with ``{name}``
+            placeholders (any program; the parameters are also in
+            ``$PARALELA_TRIAL_PARAMS`` as JSON; it calls ``paralela.report`` and its
+            last report is its value).
         space: a :class:`Space`, a dict in the space-file format, or a YAML, TOML or
-            CSV file (a CSV gives exactly its rows as trials).
+            CSV file (a CSV gives exactly its rows as trials). May be left out for an
+            Optuna objective, which defines its space as it runs; given with one, its
+            parameters are sampled first and ``trial.suggest_*`` returns them.
+        define_by_run: whether the function takes an Optuna trial; by default, when
+            its first parameter is named ``trial`` or annotated as an Optuna trial, or
+            when no space is given.
         n_trials, timeout: the trial budget and the time budget in seconds (trials
             running at the timeout finish). Earlier runs' trials count.
         direction: ``"minimize"``, ``"maximize"``, or one per objective.
@@ -217,7 +228,7 @@ def sweep(
         SweepError: more than ``max_failures`` trials failed.
     """
     command: list[str] | None = None
-    function: Callable[[dict[str, Any]], Any] | None = None
+    function: Callable[..., Any] | None = None
     if isinstance(objective, (list, tuple)):
         command = [str(a) for a in objective]
     elif callable(objective):
@@ -227,10 +238,17 @@ def sweep(
             f"objective must be a function or a command (a list of strings), got "
             f"{type(objective).__name__}."
         )
-    space_ = as_space(space)
+    by_run = _define_by_run(function, space, define_by_run)
+    space_ = Space(()) if space is None else as_space(space)
     identity = identify(function, command, space_)
     name = study_name or identity.default_name
     if backend == "slurm":
+        if by_run:
+            raise ConfigError(
+                "An Optuna objective (objective(trial)) samples its parameters in its "
+                "worker, on this machine's slots: run it with backend='processes', or give "
+                "a space and write it as objective(params) for one Slurm job per trial."
+            )
         command, function = _as_job_command(function, command), None
         _local_only(gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory)
     elif backend != "processes":
@@ -245,16 +263,27 @@ def sweep(
         if d not in DIRECTIONS:
             raise ConfigError(f"direction must be 'minimize' or 'maximize', got {d!r}.")
     grid = None
+    queued: Sequence[Mapping[str, Any]] | None = space_.configurations  # trials to enqueue
     sampler_name = sampler if isinstance(sampler, str) else None
     if sampler_name is not None and sampler_name.lower() == "grid":
+        if by_run:
+            raise ConfigError(
+                "sampler 'grid' enumerates a space given beforehand; an Optuna objective "
+                "defines its parameters as it runs. Give the space (space=..., and "
+                "objective(params)), or use Optuna's GridSampler(search_space) as sampler."
+            )
         if space_.configurations is not None:
             raise ConfigError(
                 "sampler 'grid' searches a space; a CSV of configurations already lists the "
                 "trials. Leave the sampler out to run exactly its rows."
             )
-        grid = space_.grid_axes()
-        if n_trials is None and timeout is None:
-            n_trials = len(space_.grid())
+        if space_.conditional:  # GridSampler cannot search it: its points are queued
+            queued = _grid_queue(space_, n_trials)
+            n_trials, sampler = len(queued) if n_trials is None else n_trials, "random"
+        else:
+            grid = space_.grid_axes()
+            if n_trials is None and timeout is None:
+                n_trials = len(space_.grid())
     if space_.configurations is not None and n_trials is None and timeout is None:
         n_trials = len(space_.configurations)
     check_budget(n_trials, timeout)
@@ -311,8 +340,8 @@ def sweep(
             recovered = recover_interrupted(study)
             if recovered:
                 notes.append(f"re-running trials interrupted when a driver died: {recovered}")
-            if space_.configurations is not None and not study.user_attrs.get(CONFIGS_ATTR):
-                for configuration in space_.configurations:
+            if queued is not None and not study.user_attrs.get(CONFIGS_ATTR):
+                for configuration in queued:
                     study.enqueue_trial(dict(configuration))
                 study.set_user_attr(CONFIGS_ATTR, True)
             counted = _counted(study)
@@ -341,6 +370,9 @@ def sweep(
                         grace_period=grace_period,
                         on_change=view.update,
                         jobs=jobs,
+                        define_by_run=by_run,
+                        seed=seed,
+                        sample=space_.sample if space_.conditional else None,
                     )
             except KeyboardInterrupt as exc:  # Ctrl-C: keep what ran, say how to go on
                 interrupted = SweepResult(
@@ -386,6 +418,44 @@ def sweep(
             engine = getattr(database, "engine", None)
             if engine is not None:  # closes the database (SQLite: folds in and removes -wal)
                 engine.dispose()
+
+
+def _define_by_run(function: Callable[..., Any] | None, space: object, given: bool | None) -> bool:
+    """Whether the objective samples its own parameters (an Optuna objective)."""
+    if function is None:
+        if given:
+            raise ConfigError(
+                "define_by_run=True is for a function objective(trial); a command gets its "
+                "parameters from the space."
+            )
+        if space is None:
+            raise ConfigError(
+                "A command objective needs a space: give space= (a YAML, TOML or CSV file, "
+                "or a mapping) with the parameters its {name} placeholders use."
+            )
+        return False
+    if given is None:
+        return takes_trial(function, space_given=space is not None)
+    if not given and space is None:
+        raise ConfigError(
+            "objective(params) needs a space to sample the params from: give space=, or "
+            "let the objective take an Optuna trial (define_by_run=True)."
+        )
+    return bool(given)
+
+
+def _grid_queue(space: Space, n_trials: int | None) -> list[dict[str, Any]]:
+    """A conditional space's grid as trials to enqueue (top-level fixed values left out,
+    as trials never store them)."""
+    fixed = space.fixed()
+    points = [{k: v for k, v in p.items() if k not in fixed} for p in space.grid()]
+    if n_trials is not None and n_trials > len(points):
+        raise ConfigError(
+            f"The grid of this conditional space has {len(points)} points; n_trials="
+            f"{n_trials} would run trials past its end. Leave n_trials out to run each "
+            "point once, or give at most that many."
+        )
+    return points
 
 
 def _open_study(

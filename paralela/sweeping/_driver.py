@@ -112,6 +112,9 @@ def run_trials(
     grace_period: float,
     on_change: Callable[[list[TrialRecord], list[TrialRecord]], None],
     jobs: SlurmTrials | None = None,
+    define_by_run: bool = False,
+    seed: int | None = None,
+    sample: Callable[[Any], object] | None = None,
 ) -> tuple[list[TrialRecord], float, float]:
     """Run trials until the budget is spent. Returns (records of this run, wall, busy).
 
@@ -121,6 +124,10 @@ def run_trials(
     bound how many run at once); ``None``: as a process here.
     ``budget_dir``: where the lock of the budget shared with other drivers lives (the run
     directory); ``None``: no lock (a database shared from several run directories).
+    ``define_by_run``: ``objective`` takes an Optuna trial and samples its parameters
+    itself, in its worker, with the study's sampler (seeded per trial from ``seed``).
+    ``sample``: sample each trial with it (a conditional space's ``Space.sample``), not
+    with ``distributions``.
     """
     from optuna.trial import TrialState
 
@@ -136,7 +143,14 @@ def run_trials(
     job_ref = None
     if objective is not None:
         job_ref = Broadcast(
-            FunctionJob(objective, storage_spec, study.study_name, dumps(study.pruner))
+            FunctionJob(
+                objective,
+                storage_spec,
+                study.study_name,
+                dumps(study.pruner),
+                sampler=dumps(study.sampler) if define_by_run else None,
+                seed=seed,
+            )
         )
 
     def failed_too_often() -> bool:
@@ -154,7 +168,15 @@ def run_trials(
 
     limit = None if budget.n_trials is None else max(0, budget.n_trials - already_counted)
     shared = None if budget.n_trials is None else SharedBudget(study, budget.n_trials, budget_dir)
-    oracle = Oracle(study, distributions, ahead=len(slots), limit=limit, budget=shared)
+    oracle = Oracle(
+        study,
+        distributions,
+        ahead=len(slots),
+        limit=limit,
+        budget=shared,
+        read_back=define_by_run,  # the workers wrote the parameters: read them
+        sample=sample,  # a conditional space's Space.sample: asked define-by-run
+    )
     # Each slot's next trial, taken ahead, its process waiting at its gate (``_gate``);
     # no process (None) when the gated one died before its turn: it starts plainly.
     gate = command is not None and jobs is None and is_python_script(command)
@@ -299,6 +321,8 @@ def run_trials(
             record.devices = outcome.devices
         if outcome.slot is not None:  # where a function trial really ran
             record.slot = outcome.slot
+        if outcome.params is not None:  # sampled in the worker (define-by-run)
+            record.params = {**outcome.params, **fixed}
         busy += outcome.finished - outcome.started
         if outcome.state == "FAIL":
             failures += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from paralela.sweeping._study import DRIVER_ATTR, driver_identity
@@ -33,12 +34,21 @@ class Oracle:
         ahead: int,
         limit: int | None,
         budget: SharedBudget | None = None,
+        read_back: bool = False,
+        sample: Callable[[Any], object] | None = None,
     ) -> None:
         self._study = study
         self._distributions = distributions
+        # A conditional space's sample(trial): what to ask depends on what was drawn, so
+        # the trial is asked empty and sampled define-by-run (Space.sample); else one
+        # ask(distributions), which is faster.
+        self._sample = sample
         self._ahead = ahead
         self._limit = limit  # how many trials this run may still ask (None: no limit)
         self._budget = budget  # n_trials over every driver of the study (see _budget)
+        # Read each trial back before telling how it ended: its worker wrote to it
+        # (define-by-run parameters); else only pruned ones (their last report).
+        self._read_back = read_back
         self._exhausted = False  # the shared budget is spent: nothing more to ask
         self._identity = driver_identity()
         self._cv = threading.Condition()
@@ -110,6 +120,13 @@ class Oracle:
             return False
         return self._limit is None or self._n_asked < self._limit
 
+    def _ask(self) -> Any:
+        if self._sample is None:
+            return self._study.ask(self._distributions)
+        trial = self._study.ask()
+        self._sample(trial)
+        return trial
+
     def _run(self) -> None:
         from optuna.trial import TrialState
 
@@ -137,7 +154,7 @@ class Oracle:
                         return
                 for trial, state_name, values, error in tells:
                     state = states.get(state_name, TrialState.FAIL)
-                    if state == TrialState.PRUNED and refresh is not None:
+                    if refresh is not None and (self._read_back or state == TrialState.PRUNED):
                         refresh(trial._trial_id)  # its value is its last report: read it
                     if error:
                         storage.set_trial_system_attr(
@@ -148,7 +165,7 @@ class Oracle:
                     )
                 if ask and self._budget is not None:
                     with self._budget.claim() as allowed:
-                        trial = self._study.ask(self._distributions) if allowed else None
+                        trial = self._ask() if allowed else None
                     if trial is None:  # other drivers took the rest of the budget
                         with self._cv:
                             self._exhausted = True
@@ -156,7 +173,7 @@ class Oracle:
                             self._cv.notify_all()
                         continue
                 elif ask:
-                    trial = self._study.ask(self._distributions)
+                    trial = self._ask()
                 if ask:
                     if storage.get_trial(trial._trial_id).system_attrs.get(DRIVER_ATTR) is None:
                         # (a DriverStorage writes it with each new trial; not with a

@@ -77,6 +77,7 @@ class TrialOutcome:
     devices: str | None = None
     pid: int | None = None
     slot: int | None = None
+    params: dict[str, Any] | None = None  # a define-by-run trial's, as it sampled them
 
 
 @dataclass
@@ -88,11 +89,19 @@ class FunctionJob:
     spent while the first trials should start).
     """
 
-    objective: Callable[[dict[str, Any]], Any]
+    objective: Callable[..., Any]
     storage_spec: str
     study_name: str
     pruner: bytes  # the sweep's Optuna pruner, pickled (see paralela.backends._wire)
+    # A define-by-run objective (``objective(trial)``) samples its parameters in the
+    # worker, with the sweep's sampler (pickled; ``None`` for ``objective(params)``).
+    sampler: bytes | None = None
+    seed: int | None = None
     _study: Any = field(default=None, repr=False)
+
+    @property
+    def define_by_run(self) -> bool:
+        return self.sampler is not None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_study": None}
@@ -105,12 +114,44 @@ class FunctionJob:
             from paralela.backends._wire import loads
             from paralela.sweeping._study import open_storage
 
+            sampler = None if self.sampler is None else loads(self.sampler)
+            if sampler is not None and self.seed is None:
+                # Every worker unpickles the same random state: without this, two workers
+                # sampling on the same history would draw the same parameters.
+                sampler.reseed_rng()
             self._study = optuna.load_study(
                 study_name=self.study_name,
                 storage=open_storage(self.storage_spec, checked=True),
                 pruner=loads(self.pruner),
+                sampler=sampler,
             )
         return self._study
+
+    def trial(self, trial_id: int, number: int) -> Any:
+        """The Optuna trial a define-by-run objective is given (the trial the driver
+        asked): its ``suggest_*`` calls sample in this worker and write to the study."""
+        import optuna
+
+        study = self.study()
+        if self.seed is not None:  # the same seed and history draw the same parameters
+            _seed_sampler(study.sampler, (self.seed * 1_000_003 + number) % 2**32)
+        # Optuna's cached storage writes only to trials it has read: read the new ones
+        # (the driver asked this one after the worker last looked).
+        study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        return optuna.trial.Trial(study, trial_id)
+
+
+def _seed_sampler(sampler: Any, seed: int) -> None:
+    """Seed an Optuna sampler's random state and its inner samplers' (TPE's startup
+    sampler, a GP's or CMA-ES's independent one) for one trial."""
+    rng = getattr(sampler, "_rng", None)
+    inner_rng = getattr(rng, "rng", None)
+    if inner_rng is not None:
+        inner_rng.seed(seed)
+    for name in ("_random_sampler", "_independent_sampler"):
+        inner = getattr(sampler, name, None)
+        if inner is not None and inner is not sampler:
+            _seed_sampler(inner, seed)
 
 
 def log_tail(path: str | Path, limit: int = LOG_TAIL_BYTES) -> str:
@@ -158,10 +199,15 @@ def run_function_trial(job: FunctionJob, spec: TrialSpec) -> TrialOutcome:
     devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     set_function_context(context)
     state, values, error = "COMPLETE", None, None
+    trial = None
     try:
         with _output_to(spec.log_path):
             try:
-                result = job.objective(dict(spec.params))
+                if job.define_by_run:
+                    trial = job.trial(spec.trial_id, spec.number)
+                    result = job.objective(trial)
+                else:
+                    result = job.objective(dict(spec.params))
                 if result is None and context.last_value is None:
                     state = "FAIL"
                     error = (
@@ -176,11 +222,19 @@ def run_function_trial(job: FunctionJob, spec: TrialSpec) -> TrialOutcome:
                 state, error = "FAIL", str(exc)
                 print(f"paralela: {error}", file=sys.stderr)
             except BaseException as exc:  # KeyboardInterrupt too: workers ignore SIGINT, so
-                state = "FAIL"  # the objective raised it itself; a failed trial, not Ctrl-C
-                error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-                print(error, file=sys.stderr)
+                # the objective raised it itself; a failed trial, not Ctrl-C
+                if _optuna_pruned(exc):  # ``raise optuna.TrialPruned()``
+                    state = "PRUNED"
+                else:
+                    state = "FAIL"
+                    error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                    print(error, file=sys.stderr)
     finally:
         set_function_context(None)
+    params = None
+    if trial is not None:
+        with contextlib.suppress(Exception):  # the driver reads them from the study anyway
+            params = dict(trial.params)
     slot = os.environ.get("PARALELA_SLOT")  # set by the processes backend for its slot
     return TrialOutcome(
         spec.number,
@@ -193,7 +247,15 @@ def run_function_trial(job: FunctionJob, spec: TrialSpec) -> TrialOutcome:
         devices,
         os.getpid(),
         None if slot is None else int(slot),
+        params,
     )
+
+
+def _optuna_pruned(exc: BaseException) -> bool:
+    """``exc`` is Optuna's ``TrialPruned`` (``raise optuna.TrialPruned()`` in an
+    objective written for Optuna); Optuna is imported already if so."""
+    optuna = sys.modules.get("optuna")
+    return optuna is not None and isinstance(exc, optuna.TrialPruned)
 
 
 # {name} with the characters a parameter name may hold; {{ and }} stand for { and }.
@@ -206,13 +268,15 @@ def placeholders(argv: Sequence[str]) -> set[str]:
 
 
 def fill(arg: str, params: dict[str, Any]) -> str:
-    """``arg`` with each ``{name}`` replaced by the parameter's value."""
+    """``arg`` with each ``{name}`` replaced by the parameter's value; by ``""`` for a
+    parameter of an option the trial did not choose (a conditional space)."""
 
     def value(match: re.Match[str]) -> str:
         token = match.group(0)
         if token in ("{{", "}}"):
             return token[0]
-        return str(params[match.group(1)])
+        name = match.group(1)
+        return str(params[name]) if name in params else ""  # check_command knows the names
 
     return _PLACEHOLDER.sub(value, arg)
 
