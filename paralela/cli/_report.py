@@ -19,8 +19,9 @@ from paralela.errors import ConfigError
 REPORT_HELP = (
     "Write an HTML report of RUN_DIR: a timeline of the tasks on each worker, how busy "
     "each worker was, where the time went, the scaling curve with its Amdahl fit, and a "
-    "sweep's leaderboard and plots.\n\n"
-    "RUN_DIR is a map's run directory (summary.json), a sweep's (trials.json), a launch's "
+    "sweep's or a comparison's leaderboard and plots.\n\n"
+    "RUN_DIR is a map's run directory (summary.json), a sweep's (trials.json), a "
+    "comparison's (compare.json), a launch's "
     "log directory (launch.json), a paralela scale directory (scaling.json), or a "
     "directory holding several of them (paralela demo's): one page, a section per run. "
     "The page loads nothing from anywhere: it opens from disk, without a server or "

@@ -2,10 +2,10 @@
 
 ::
 
-    RUN_DIR ── find_runs ──> [map | sweep | launch | scale] ── load_* ──> Section each
-                                                                             │
-    report-<run>-timeline.png, -breakdown.png, -scaling.png  <── _charts ────┤
-    report.html (inline CSS, the PNGs as data: URLs, the numbers as JSON) <──┘
+    RUN_DIR ── find_runs ──> [map | sweep | compare | launch | scale] ── load_* ──> Section each
+                                                                                       │
+    report-<run>-timeline.png, -breakdown.png, -scaling.png, -scores.png <── _charts ──┤
+    report.html (inline CSS, the PNGs as data: URLs, the numbers as JSON) <────────────┘
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from paralela._files import atomic_write
 from paralela.errors import ConfigError
+from paralela.reporting._compare import load_compare
 from paralela.reporting._find import FoundRun, find_runs
 from paralela.reporting._launch import load_launch
 from paralela.reporting._map import load_map
@@ -32,6 +33,7 @@ REPORT_FILE = "report.html"
 LOADERS: dict[str, Callable[[Path], Section]] = {
     "map": load_map,
     "sweep": load_sweep,
+    "compare": load_compare,
     "launch": load_launch,
     "scale": load_scale,
     "pipeline": load_pipeline,
@@ -75,9 +77,10 @@ def write_report(
 
     Args:
         run_dir: a map's ``run_dir`` (``summary.json``), a sweep's run directory
-            (``trials.json``), a launch's log directory (``launch.json``), a ``paralela
-            scale`` directory (``scaling.json``), or a directory with several of these
-            below it (``paralela demo`` writes one), which gives a section per run.
+            (``trials.json``), a comparison's (``compare.json``), a launch's log
+            directory (``launch.json``), a ``paralela scale`` directory
+            (``scaling.json``), or a directory with several of these below it
+            (``paralela demo`` writes one), which gives a section per run.
         out: the HTML file to write; a directory means ``report.html`` in it. Default:
             ``report.html`` in ``run_dir``.
 
@@ -174,6 +177,19 @@ def _draw(sections: list[Section], slugs: list[str]) -> tuple[list[list[Image]],
                     "Measured speed-ups (the range of the repetitions as error bars), the "
                     "ideal line, and the fitted law with its confidence band, extended to "
                     "the predicted counts. Both axes are logarithmic.",
+                )
+            )
+        if section.kind == "compare":
+            from paralela.reporting._compare import scores_png
+
+            drawn.append(
+                Image(
+                    f"{slug}-scores",
+                    "Score distribution per family",
+                    scores_png(section),
+                    "Each family's candidates by mean score over the folds: the box spans "
+                    "the middle half, a dot is a candidate (hollow: stopped before its "
+                    "last fold), the star the family's best (orange: the best overall).",
                 )
             )
         tl = section.timeline

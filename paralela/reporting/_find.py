@@ -4,6 +4,7 @@
 
     summary.json   a map's run store (paralela.map(..., run_dir=...))
     trials.json    a sweep's run directory
+    compare.json   a comparison's run directory (paralela compare)
     launch*.json   a launch's log directory (launch.json, or launch-nodeN.json per node)
     scaling.json   a scaling measurement (paralela scale)
     pipeline.json  an input pipeline's run (paralela.data, with_options(run_dir=...))
@@ -28,6 +29,7 @@ __all__ = ["KINDS", "MAX_DEPTH", "FoundRun", "find_runs", "kind_of"]
 KINDS: dict[str, str] = {
     "map": "summary.json",
     "sweep": "trials.json",
+    "compare": "compare.json",
     "launch": "launch.json",
     "scale": "scaling.json",
     "pipeline": "pipeline.json",
@@ -37,7 +39,8 @@ MAX_DEPTH = 3  # levels below a collection searched for runs
 
 @dataclass(frozen=True)
 class FoundRun:
-    """A run directory and its kind (``"map"``, ``"sweep"``, ``"launch"``, ``"scale"``)."""
+    """A run directory and its kind (``"map"``, ``"sweep"``, ``"compare"``, ``"launch"``,
+    ``"scale"``, ``"pipeline"``)."""
 
     kind: str
     path: Path
@@ -66,8 +69,8 @@ def find_runs(path: str | os.PathLike[str]) -> list[FoundRun]:
     if not root.exists():
         raise ConfigError(
             f"The run directory {root} does not exist. Give the directory a map "
-            "(run_dir=), sweep, launch (log directory) or scale wrote, or one that holds "
-            "several of them, such as paralela-runs/demo-<time>."
+            "(run_dir=), sweep, comparison, launch (log directory) or scale wrote, or one "
+            "that holds several of them, such as paralela-runs/demo-<time>."
         )
     if not root.is_dir():
         raise ConfigError(
@@ -86,8 +89,8 @@ def find_runs(path: str | os.PathLike[str]) -> list[FoundRun]:
         raise ConfigError(
             f"{root} is not a paralela run directory: it holds none of {markers}, nor a "
             f"directory (up to {MAX_DEPTH} levels down) that does. Give the run_dir= of a "
-            "map, the run directory of a sweep, the log directory of a launch, or the "
-            "output directory of paralela scale."
+            "map, the run directory of a sweep or a comparison, the log directory of a "
+            "launch, or the output directory of paralela scale."
         )
     return found
 
