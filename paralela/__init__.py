@@ -14,6 +14,7 @@ from paralela._version import __version__
 if TYPE_CHECKING:
     from paralela._config import UNSET, config
     from paralela.backends import Backend, Broadcast, Capabilities, available_backends, get_backend
+    from paralela.comparing import CompareResult, compare
     from paralela.distributed import LaunchResult, launch
     from paralela.errors import (
         ConfigError,
@@ -136,6 +137,8 @@ _LAZY: dict[str, str] = {
     "expand_nodelist": "paralela.resources",
     "make_slots": "paralela.resources",
     "RunStore": "paralela.runs",
+    "compare": "paralela.comparing",
+    "CompareResult": "paralela.comparing",
     "predict": "paralela.serving._predict",
     "PredictResult": "paralela.serving._predict",
     "serve": "paralela.serving._serve",
@@ -206,6 +209,9 @@ __all__ = [
     "Fixed",
     "Grid",
     "load_space",
+    # model comparison (cross-validation of many estimators and grids)
+    "compare",
+    "CompareResult",
     # distributed training (strategies in paralela.distributed)
     "launch",
     "LaunchResult",

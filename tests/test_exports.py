@@ -26,6 +26,9 @@ EXPORTED = {
     "Fixed",
     "Grid",
     "load_space",
+    # model comparison
+    "compare",
+    "CompareResult",
     # distributed training
     "launch",
     "LaunchResult",

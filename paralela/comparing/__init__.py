@@ -1,0 +1,29 @@
+"""Compare models: cross-validate many estimators and grids on every slot at once.
+
+``import paralela.comparing`` is cheap; scikit-learn and Optuna load when a comparison
+starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from paralela.comparing._api import compare
+    from paralela.comparing._results import CandidateRecord, CompareResult
+
+__all__ = ["CandidateRecord", "CompareResult", "compare"]
+
+_LAZY = {
+    "compare": "paralela.comparing._api",
+    "CompareResult": "paralela.comparing._results",
+    "CandidateRecord": "paralela.comparing._results",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

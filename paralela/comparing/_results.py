@@ -1,0 +1,169 @@
+"""What a comparison returns and writes: candidates, leaderboards, the best model.
+
+Files in the run directory: ``compare.json`` (every candidate), ``leaderboard.csv``
+(best first), ``best.json`` (the best candidate) and ``best.pkl`` (the best candidate
+refit on all the data, when refit).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import pickle
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from paralela._files import atomic_write
+from paralela.comparing._store import jsonable
+
+__all__ = ["CandidateRecord", "CompareResult", "write_results"]
+
+State = Literal["COMPLETE", "PRUNED", "FAIL"]
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    """One candidate: a family and its parameters, scored on the folds it ran.
+
+    Attributes:
+        number: its number in the comparison (grid order for a grid).
+        family: the family's name.
+        params: its parameters, as the family's ``make`` takes them.
+        fold_scores: one score per fold, ``None`` for a fold not run (pruned, failed).
+        mean, std: over the folds run (``std`` as numpy's, ddof 0, as scikit-learn's
+            ``std_test_score``); ``None`` when no fold finished.
+        fit_seconds: mean fit time per fold run.
+        state: ``"COMPLETE"`` (every fold), ``"PRUNED"`` (stopped early by the pruner
+            or a halving round), ``"FAIL"`` (a fold raised: ``error`` says what).
+        error: the error of a failed candidate.
+    """
+
+    number: int
+    family: str
+    params: dict[str, Any]
+    fold_scores: list[float | None]
+    mean: float | None
+    std: float | None
+    fit_seconds: float
+    state: State
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable(asdict(self))  # type: ignore[no-any-return]
+
+
+def _rank_key(record: CandidateRecord) -> tuple[int, float, int]:
+    order = {"COMPLETE": 0, "PRUNED": 1, "FAIL": 2}[record.state]
+    mean = record.mean if record.mean is not None and not math.isnan(record.mean) else -math.inf
+    return (order, -mean, record.number)
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """The outcome of :func:`paralela.compare`.
+
+    Attributes:
+        candidates: every candidate, by number.
+        best: the complete candidate with the highest mean score (ties: the lower
+            number, as ``GridSearchCV`` does); ``None`` when no candidate completed.
+        best_estimator: ``best`` refit on all the data, or ``None`` (``refit=False``).
+        run_dir: the run directory (resume from it; the files above are there).
+        wall_seconds: wall time of this call.
+        scoring: the scoring's name (``"score"``: the estimators' own ``score``).
+        n_folds: folds per candidate.
+        slots: tasks run at once.
+    """
+
+    candidates: list[CandidateRecord]
+    best: CandidateRecord | None
+    best_estimator: Any
+    run_dir: Path
+    wall_seconds: float
+    scoring: str
+    n_folds: int = 0
+    slots: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def leaderboard(self, family: str | None = None) -> list[CandidateRecord]:
+        """Candidates best first (complete, then pruned, then failed), of one family or all."""
+        chosen = [c for c in self.candidates if family is None or c.family == family]
+        return sorted(chosen, key=_rank_key)
+
+    def families(self) -> dict[str, CandidateRecord]:
+        """The best candidate of each family, in the order the families were given."""
+        best: dict[str, CandidateRecord] = {}
+        for record in sorted(self.candidates, key=lambda c: c.number):
+            best.setdefault(record.family, record)
+        for record in self.candidates:
+            if _rank_key(record) < _rank_key(best[record.family]):
+                best[record.family] = record
+        return best
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scoring": self.scoring,
+            "greater_is_better": True,
+            "cv": self.n_folds,
+            "candidates": [c.to_dict() for c in sorted(self.candidates, key=lambda c: c.number)],
+            "best": None if self.best is None else self.best.number,
+            "wall_seconds": self.wall_seconds,
+            "slots": self.slots,
+            "notes": list(self.notes),
+        }
+
+
+def _csv_number(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
+
+
+def write_results(result: CompareResult) -> None:
+    """Write compare.json, leaderboard.csv, best.json and (with a refit) best.pkl."""
+    root = result.run_dir
+    atomic_write(root / "compare.json", json.dumps(result.to_dict(), indent=1).encode())
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    folds = [f"fold_{i}" for i in range(result.n_folds)]
+    writer.writerow(
+        ["rank", "number", "family", "params", "mean", "std", "fit_seconds", "state", *folds]
+    )
+    for rank, c in enumerate(result.leaderboard(), 1):
+        writer.writerow(
+            [
+                rank,
+                c.number,
+                c.family,
+                json.dumps(jsonable(c.params), sort_keys=True),
+                _csv_number(c.mean),
+                _csv_number(c.std),
+                f"{c.fit_seconds:.6f}",
+                c.state,
+                *(_csv_number(s) for s in c.fold_scores),
+            ]
+        )
+    atomic_write(root / "leaderboard.csv", out.getvalue().encode())
+    best = result.best
+    best_json = (
+        None
+        if best is None
+        else {
+            "number": best.number,
+            "family": best.family,
+            "params": jsonable(best.params),
+            "mean": best.mean,
+            "std": best.std,
+            "scoring": result.scoring,
+            "refit": result.best_estimator is not None,
+        }
+    )
+    atomic_write(root / "best.json", json.dumps(best_json, indent=1).encode())
+    if result.best_estimator is not None:
+        try:
+            data = pickle.dumps(result.best_estimator, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # e.g. made by a factory defined in __main__
+            import cloudpickle
+
+            data = cloudpickle.dumps(result.best_estimator, protocol=pickle.HIGHEST_PROTOCOL)
+        atomic_write(root / "best.pkl", data)
