@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -489,3 +493,158 @@ def test_grid_limit_counts_every_option() -> None:
 def test_conditional_space_has_no_grid_axes() -> None:
     with pytest.raises(ConfigError, match="GridSampler cannot search it"):
         GRID.grid_axes()
+
+
+# -- sweeps --------------------------------------------------------------------------
+
+
+def branch_score(params: dict[str, Any]) -> float:
+    """A score per option (forest with many trees is best); notes what it was given."""
+    from sweep_helpers import note
+
+    note("ran", params=params)
+    option = params["model"]
+    if option == "forest":
+        return 1.0 - float(params["forest.n_estimators"]) / 1000
+    if option in ("logreg", "svm"):
+        return 1.0 + abs(math.log10(params[f"{option}.C"]))
+    return 1.5
+
+
+@pytest.fixture
+def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from sweep_helpers import RECORD_VARIABLE
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the same CPU slots on every machine
+    path = tmp_path / "notes.jsonl"
+    monkeypatch.setenv(RECORD_VARIABLE, str(path))
+    return path
+
+
+@pytest.mark.timeout(120)
+def test_tpe_sweep_gives_each_trial_its_branch_only(record: Path, tmp_path: Path) -> None:
+    from sweep_helpers import notes
+
+    space = _write(tmp_path, "space.yaml", MODELS_YAML)
+    result = paralela.sweep(
+        branch_score, space, n_trials=30, workers=2, seed=0, run_dir=tmp_path / "run"
+    )
+    assert len(result.trials) == 30
+    assert all(t.state == "COMPLETE" for t in result.trials)
+    for t in result.trials:
+        check_branch(MODELS, t.params)
+        assert t.params["seed"] == 3  # top-level fixed values still reach every trial
+    ran = notes(record, "ran")
+    assert len(ran) == 30
+    for n in ran:  # what the objective itself was given
+        check_branch(MODELS, n["params"])
+    assert len({n["params"]["model"] for n in ran}) > 1
+    assert (tmp_path / "run" / "trials.csv").exists()
+
+
+@pytest.mark.timeout(120)
+def test_grid_sweep_runs_every_point_once(record: Path, tmp_path: Path) -> None:
+    from sweep_helpers import notes
+
+    space = GRID.to_dict()
+    result = paralela.sweep(
+        branch_score_grid, space, sampler="grid", workers=2, run_dir=tmp_path / "run"
+    )
+    expected = sorted(map(_key, GRID.grid()))
+    assert sorted(_key(t.params) for t in result.trials) == expected
+    assert sorted(_key(n["params"]) for n in notes(record, "ran")) == expected
+
+
+def branch_score_grid(params: dict[str, Any]) -> float:
+    from sweep_helpers import note
+
+    note("ran", params=params)
+    return float(params.get("forest.n_estimators", 0))
+
+
+def _key(params: dict[str, Any]) -> str:
+    return repr(sorted(params.items()))
+
+
+def test_grid_sweep_refuses_more_trials_than_points(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="has 20 points; n_trials=21 would run"):
+        paralela.sweep(
+            branch_score_grid, GRID.to_dict(), sampler="grid", n_trials=21, run_dir=tmp_path
+        )
+
+
+@pytest.mark.timeout(120)
+def test_command_placeholders_of_options_not_chosen_are_empty(tmp_path: Path) -> None:
+    script = _write(
+        tmp_path,
+        "trial.py",
+        """\
+        import json, os, sys
+        import paralela
+        params = json.loads(os.environ["PARALELA_TRIAL_PARAMS"])
+        with open(sys.argv[1], "a") as f:
+            f.write(json.dumps({"argv": sys.argv[2:], "params": params}) + "\\n")
+        paralela.report(1.0)
+        """,
+    )
+    seen = tmp_path / "seen.jsonl"
+    space = {
+        "model": {
+            "type": "choice",
+            "options": {"logreg": {"C": [0.5, 2.0]}, "knn": {"k": [3]}},
+        }
+    }
+    argv = [sys.executable, str(script), str(seen)]
+    command = [*argv, "--model={model}", "--C={logreg.C}", "--k={knn.k}"]
+    result = paralela.sweep(command, space, sampler="grid", workers=2, run_dir=tmp_path / "r")
+    assert len(result.trials) == 3
+    runs = sorted((json.loads(line) for line in seen.read_text().splitlines()), key=str)
+    assert sorted(r["argv"] for r in runs) == [
+        ["--model=knn", "--C=", "--k=3"],
+        ["--model=logreg", "--C=0.5", "--k="],
+        ["--model=logreg", "--C=2.0", "--k="],
+    ]
+    assert sorted(map(_key, (r["params"] for r in runs))) == sorted(
+        map(
+            _key,
+            [
+                {"model": "knn", "knn.k": 3},
+                *({"model": "logreg", "logreg.C": c} for c in (0.5, 2.0)),
+            ],
+        )
+    )
+
+
+@pytest.mark.timeout(120)
+def test_cli_sweeps_a_conditional_yaml(tmp_path: Path) -> None:
+    _write(tmp_path, "space.yaml", MODELS_YAML)
+    _write(
+        tmp_path,
+        "trial.py",
+        """\
+        import json, os, sys
+        import paralela
+        params = json.loads(os.environ["PARALELA_TRIAL_PARAMS"])
+        assert sys.argv[1:] == ["--model=" + params["model"], f"--C={params.get('svm.C', '')}"]
+        paralela.report(float(params.get("forest.n_estimators", 1000)))
+        """,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALELA_")}
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "paralela", "sweep", "--space", "space.yaml"),
+            *("--trials", "8", "--workers", "2", "--seed", "1", "--run-dir", "out", "--json"),
+            *("--", sys.executable, "trial.py", "--model={model}", "--C={svm.C}"),
+        ],
+        cwd=tmp_path,
+        env={**env, "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stderr
+    trials = json.loads(done.stdout)["trials"]
+    assert len(trials) == 8
+    assert {t["state"] for t in trials} == {"COMPLETE"}
+    for t in trials:
+        check_branch(MODELS, t["params"])
