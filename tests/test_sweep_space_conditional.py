@@ -648,3 +648,143 @@ def test_cli_sweeps_a_conditional_yaml(tmp_path: Path) -> None:
     assert {t["state"] for t in trials} == {"COMPLETE"}
     for t in trials:
         check_branch(MODELS, t["params"])
+
+
+# -- CSV -----------------------------------------------------------------------------
+
+MODELS_CSV = """\
+model,forest.n_estimators,forest.max_depth,logreg.C,scale
+forest,100,4,,true
+logreg,,,0.1,false
+knn,,,,true
+forest,200,8,,true
+"""
+
+
+def test_csv_may_leave_the_columns_of_options_not_chosen_empty(tmp_path: Path) -> None:
+    space = load_space(_write(tmp_path, "configs.csv", MODELS_CSV))
+    assert space.configurations == (
+        {"model": "forest", "forest.n_estimators": 100, "forest.max_depth": 4, "scale": True},
+        {"model": "logreg", "logreg.C": 0.1, "scale": False},
+        {"model": "knn", "scale": True},
+        {"model": "forest", "forest.n_estimators": 200, "forest.max_depth": 8, "scale": True},
+    )
+    assert space.conditional
+    assert space.params == (
+        Choice(
+            "model",
+            {
+                "forest": [
+                    Categorical("n_estimators", (100, 200)),
+                    Categorical("max_depth", (4, 8)),
+                ],
+                "logreg": [Categorical("C", (0.1,))],
+                "knn": None,
+            },
+        ),
+        Categorical("scale", (True, False)),
+    )
+    assert space.grid() == list(space.configurations)
+    assert space_from_dict(space.to_dict()) == space
+
+
+def test_csv_nested_options(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "configs.csv",
+        """\
+        model,forest.criterion,forest.gini.x,knn.k
+        forest,gini,1,
+        forest,entropy,,
+        knn,,,5
+        """,
+    )
+    space = load_space(path)
+    assert space.names == ["model", "forest.criterion", "forest.gini.x", "knn.k"]
+    assert space.configurations is not None
+    assert space.configurations[1] == {"model": "forest", "forest.criterion": "entropy"}
+
+
+def test_a_dotted_column_without_a_choice_is_an_ordinary_column(tmp_path: Path) -> None:
+    space = load_space(_write(tmp_path, "c.csv", "model,model.dropout\nresnet,0.1\n"))
+    assert not space.conditional
+    with pytest.raises(ConfigError, match=r"column 2 \(model\.dropout\): the value is empty"):
+        load_space(_write(tmp_path, "d.csv", "model,model.dropout\nresnet,\n"))
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (
+            "logreg,100,,0.1,true",
+            "line 4 (row 3), column 2 (forest.n_estimators): holds 100, but model is 'logreg' "
+            "here, not 'forest'; the column belongs to option 'forest' and is set only in rows "
+            "that choose it: leave it empty.",
+        ),
+        (
+            "logreg,,,,true",
+            "line 4 (row 3), column 4 (logreg.C): the value is empty, but this row chooses "
+            "'logreg' (model = logreg), whose parameter it is; give it a value.",
+        ),
+        (",1,2,,true", "line 4 (row 3), column 1 (model): the value is empty; every"),
+        ("3,,,,true", "Column 'model' chooses between the columns named '<option>.<name>', so"),
+    ],
+)
+def test_csv_bad_option_columns_name_line_and_column(
+    tmp_path: Path, row: str, message: str
+) -> None:
+    text = "model,forest.n_estimators,forest.max_depth,logreg.C,scale\n"
+    text += "forest,1,2,,true\nlogreg,,,0.5,false\n"
+    path = _write(tmp_path, "configs.csv", text + row + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_space(path)
+    assert str(info.value).startswith(str(path))
+    assert message in str(info.value)
+
+
+def test_csv_two_columns_holding_an_option_is_ambiguous(tmp_path: Path) -> None:
+    path = _write(tmp_path, "c.csv", "a,b,forest.x\nforest,forest,1\n")
+    with pytest.raises(ConfigError, match="Columns 'a' and 'b' both hold 'forest'"):
+        load_space(path)
+
+
+def test_configurations_in_yaml_may_be_conditional(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "s.yaml",
+        """\
+        params:
+          model: {type: choice, options: {svm: {C: [1, 10]}, knn: {k: [3, 5]}}}
+        configurations:
+          - {model: svm, svm.C: 10}
+          - {model: knn, knn.k: 3}
+        """,
+    )
+    assert load_space(path).configurations == (
+        {"model": "svm", "svm.C": 10},
+        {"model": "knn", "knn.k": 3},
+    )
+    bad = _write(
+        tmp_path,
+        "t.yaml",
+        """\
+        params:
+          model: {type: choice, options: {svm: {C: [1, 10]}, knn: {k: [3, 5]}}}
+        configurations:
+          - {model: knn, knn.k: 3, svm.C: 1}
+        """,
+    )
+    with pytest.raises(ConfigError, match=r"Configuration 1 sets 'svm\.C', a parameter of option"):
+        load_space(bad)
+
+
+@pytest.mark.timeout(120)
+def test_csv_sweep_runs_exactly_its_rows(record: Path, tmp_path: Path) -> None:
+    from sweep_helpers import notes
+
+    path = _write(tmp_path, "configs.csv", MODELS_CSV)
+    result = paralela.sweep(branch_score_grid, path, workers=2, run_dir=tmp_path / "run")
+    rows = load_space(path).configurations
+    assert rows is not None
+    assert [t.params for t in result.trials] == list(rows)
+    assert sorted(_key(n["params"]) for n in notes(record, "ran")) == sorted(map(_key, rows))

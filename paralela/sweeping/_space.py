@@ -848,12 +848,75 @@ def _where(
     return f"{source}{at}, parameter {name!r}{trail}"
 
 
+def _branch_chains(columns: Mapping[str, Mapping[Any, None]]) -> dict[str, list[tuple[str, str]]]:
+    """The columns of options, each with the (choice column, option) pairs that must
+    hold for it to be set: ``forest.depth`` is a column of option ``forest`` when another
+    column (``model``) holds the value ``forest``; ``forest.gini.x`` also needs
+    ``forest.criterion`` to be ``gini``. Other columns are not in the result."""
+    chains: dict[str, list[tuple[str, str]]] = {}
+    for name in columns:
+        parts = name.split(".")
+        chain: list[tuple[str, str]] = []
+        for i in range(1, len(parts)):
+            option, parent = parts[i - 1], ".".join(parts[: i - 1])
+            holders = [
+                c
+                for c, values in columns.items()
+                if c != name and option in values and (c.rpartition(".")[0] == parent)
+            ]
+            if not holders:
+                break
+            if len(holders) > 1:
+                raise ConfigError(
+                    f"Columns {' and '.join(map(repr, holders))} both hold {option!r}, so "
+                    f"either could be the choice that column {name!r} belongs to; rename "
+                    "the option in one of them."
+                )
+            chain.append((holders[0], option))
+        if chain:
+            chains[name] = chain
+    return chains
+
+
+def _derived_params(columns: Mapping[str, Mapping[Any, None]]) -> list[Param]:
+    """A parameter per column: a :class:`Choice` for a column that options' columns
+    belong to (see :func:`_branch_chains`), else a :class:`Categorical` of its values."""
+    chains = _branch_chains(columns)
+    choices = {choice for chain in chains.values() for choice, _ in chain}
+
+    def build(names: list[str], prefix: str) -> list[Param]:
+        params: list[Param] = []
+        for name in names:
+            local = name[len(prefix) :]
+            if name not in choices:
+                params.append(Categorical(local, tuple(columns[name])))
+                continue
+            options: dict[Any, list[Param]] = {}
+            for value in columns[name]:
+                inside = [c for c, chain in chains.items() if chain[-1] == (name, value)]
+                options[value] = build(inside, f"{prefix}{value}.")
+            try:
+                params.append(Choice(local, options))
+            except _Invalid as exc:
+                raise ConfigError(
+                    f"Column {name!r} chooses between the columns named '<option>.<name>', "
+                    f"so each of its values is an option: {exc.problem}"
+                ) from None
+        return params
+
+    return build([c for c in columns if c not in chains], "")
+
+
 def _from_configurations(configs: object, params: list[Param], source: str) -> Space:
     """A space of configurations: columns not among ``params`` become categoricals of
-    their distinct values (first seen first)."""
+    their distinct values (first seen first), or choices when options' columns
+    (``forest.depth``) belong to them."""
     if not isinstance(configs, (list, tuple)) or not configs:
         raise ConfigError(f"{source}: configurations must be a non-empty list of mappings.")
-    known = {p.name for p in params}
+    try:
+        known = set(Space(tuple(params)).names)  # options' parameters by their flat names
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     columns: dict[str, dict[Any, None]] = {}
     for i, config in enumerate(configs, 1):
         if not isinstance(config, Mapping):
@@ -872,9 +935,8 @@ def _from_configurations(configs: object, params: list[Param], source: str) -> S
                     "it in your code."
                 )
             columns.setdefault(key, {}).setdefault(value, None)
-    derived = [Categorical(key, tuple(values)) for key, values in columns.items()]
     try:
-        return Space((*params, *derived), tuple(dict(c) for c in configs))
+        return Space((*params, *_derived_params(columns)), tuple(dict(c) for c in configs))
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
 
@@ -1115,6 +1177,7 @@ def _load_csv(text: str, path: Path) -> Space:
                 f"{path}, line 1, column {column} ({name!r}): {exc.problem}"
             ) from None
     rows: list[dict[str, Any]] = []
+    lines: list[int] = []
     for line, row in reader:
         if not any(cell.strip() for cell in row):
             continue  # blank line
@@ -1123,20 +1186,52 @@ def _load_csv(text: str, path: Path) -> Space:
                 f"{path}, line {line} (row {len(rows) + 1}): has {len(row)} values but the "
                 f"header names {len(names)} columns ({', '.join(names)}); fix that row."
             )
-        config = {}
-        for column, (name, cell) in enumerate(zip(names, row, strict=True), 1):
-            if not cell.strip():
-                raise ConfigError(
-                    f"{path}, line {line} (row {len(rows) + 1}), column {column} ({name}): "
-                    "the value is empty; every configuration must set every column."
-                )
-            config[name] = _cell(cell.strip())
-        rows.append(config)
+        rows.append({n: _cell(c.strip()) for n, c in zip(names, row, strict=True) if c.strip()})
+        lines.append(line)
     if not rows:
         raise ConfigError(
             f"{path} has a header but no configurations; add one per line from line 2 on."
         )
+    _check_empty_cells(path, names, rows, lines)
     return _from_configurations(rows, [], str(path))
+
+
+def _check_empty_cells(
+    path: Path, names: list[str], rows: list[dict[str, Any]], lines: list[int]
+) -> None:
+    """Every row sets every column, except an option's columns (``forest.depth``), which
+    are set exactly in the rows that choose the option (see :func:`_branch_chains`)."""
+    columns = {n: dict.fromkeys(r[n] for r in rows if n in r) for n in names}
+    try:
+        chains = _branch_chains(columns)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    for number, (line, config) in enumerate(zip(lines, rows, strict=True), 1):
+        at = [
+            f"{path}, line {line} (row {number}), column {i} ({n})" for i, n in enumerate(names, 1)
+        ]
+        for where, name in zip(at, names, strict=True):
+            if name not in config and name not in chains:
+                raise ConfigError(
+                    f"{where}: the value is empty; every configuration must set every column "
+                    "(but an option's columns, '<option>.<name>', in rows that do not choose it)."
+                )
+        for where, name in zip(at, names, strict=True):
+            chain = chains.get(name, [])
+            unmet = next(((c, o) for c, o in chain if config.get(c) != o), None)
+            if unmet is None and chain and name not in config:
+                choice, option = chain[-1]
+                raise ConfigError(
+                    f"{where}: the value is empty, but this row chooses {option!r} ({choice} "
+                    f"= {option}), whose parameter it is; give it a value."
+                )
+            if unmet is not None and name in config:
+                choice, option = unmet
+                raise ConfigError(
+                    f"{where}: holds {config[name]!r}, but {choice} is {config.get(choice)!r} "
+                    f"here, not {option!r}; the column belongs to option {option!r} and is set "
+                    "only in rows that choose it: leave it empty."
+                )
 
 
 def load_sweep_file(path: str | os.PathLike[str]) -> tuple[Space, dict[str, Any]]:
