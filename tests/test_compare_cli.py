@@ -179,3 +179,11 @@ def test_a_classifier_alias_on_a_regression_target_exits_2(workdir: Path, monkey
     result = invoke("compare", "logreg.yaml", "--data", "prices.csv", "--target", "price")
     assert result.exit_code == 2
     assert "'logreg' is a classifier, but the target asks for regression" in result.output
+
+
+def test_continuous_parameters_need_a_budget(workdir: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(workdir)
+    example = Path(__file__).resolve().parents[1] / "examples" / "compare_space.yaml"
+    result = invoke("compare", str(example), "--data", "wine.csv", "--target", "label")
+    assert result.exit_code == 2
+    assert "give --n-trials or --time-budget" in result.output

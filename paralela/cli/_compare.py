@@ -175,7 +175,11 @@ def compare_command(
         notes = getattr(exc, "__notes__", None) or ["The comparison was interrupted."]
         fail(notes[-1].replace("run it again", "run the same command again"), EXIT_INTERRUPTED)
     except ParalelaError as exc:
-        fail(str(exc), exit_code_for(exc))
+        # the API's words for the budget, as this command's options
+        message = str(exc).replace(
+            "give n_trials or time_budget", "give --n-trials or --time-budget"
+        )
+        fail(message, exit_code_for(exc))
     if json_out:
         typer.echo((result.run_dir / "compare.json").read_text())
     else:
@@ -190,7 +194,23 @@ def _score(record: CandidateRecord) -> str:
 
 
 def _params(record: CandidateRecord) -> str:
+    """The exact parameters, as JSON (copyable)."""
     return json.dumps(record.params, sort_keys=True, default=repr) if record.params else "{}"
+
+
+def _short(record: CandidateRecord) -> str:
+    """The parameters for a table: ``C=155, kernel=rbf``, floats to 4 digits."""
+    if not record.params:
+        return "(defaults)"
+    return ", ".join(f"{k}={_value(v)}" for k, v in sorted(record.params.items()))
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=repr)  # None as null, True as true: as in the file
 
 
 def _print_result(result: CompareResult, task: str) -> None:
@@ -205,7 +225,7 @@ def _print_result(result: CompareResult, task: str) -> None:
         title=f"Best of each family ({task}, {scoring}, {result.n_folds} folds)",
         title_justify="left",
     )
-    for column in ("family", "candidate", f"{scoring} mean ± std", "fit s", "state", "params"):
+    for column in ("family", "candidate", "mean ± std", "fit s", "state", "params"):
         per_family.add_column(column)
     for family, record in result.families().items():
         per_family.add_row(
@@ -214,12 +234,12 @@ def _print_result(result: CompareResult, task: str) -> None:
             _score(record),
             f"{record.fit_seconds:.3f}",
             record.state.lower(),
-            _params(record),
+            _short(record),
         )
     console.print(per_family)
     complete = [c for c in result.leaderboard() if c.state == "COMPLETE"]
     board = Table(title=f"Top {min(TOP, len(complete))} of {len(complete)}", title_justify="left")
-    for column in ("rank", "candidate", "family", f"{scoring} mean ± std", "fit s", "params"):
+    for column in ("rank", "candidate", "family", "mean ± std", "fit s", "params"):
         board.add_column(column)
     for rank, record in enumerate(complete[:TOP], 1):
         board.add_row(
@@ -228,7 +248,7 @@ def _print_result(result: CompareResult, task: str) -> None:
             record.family,
             _score(record),
             f"{record.fit_seconds:.3f}",
-            _params(record),
+            _short(record),
         )
     if board.row_count:
         console.print(board)
