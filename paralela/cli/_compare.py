@@ -47,9 +47,8 @@ COMPARE_HELP = (
 )
 EPILOG = (
     "Exit codes: 0 compared (failed candidates are listed, not fatal); 1 every candidate "
-    "failed; 2 bad usage or input (space file, data, target, scoring); 4 the run "
-    "directory holds another comparison; 130 interrupted (run the same command again to "
-    "go on)."
+    "failed; 2 bad usage or input (space file, data, target, scoring, a run directory "
+    "holding another comparison); 130 interrupted (run the same command again to go on)."
 )
 
 
