@@ -63,23 +63,20 @@ def _rows(text: str, path: Path) -> tuple[list[str], list[tuple[int, list[str]]]
     reader = csv.reader(io.StringIO(text), strict=True)
     rows: list[tuple[int, list[str]]] = []
     header: list[str] | None = None
-    start = 1
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            raise ConfigError(
-                f'{path}, line {start}: {exc}; quote a value holding a comma as "a,b".'
-            ) from None
-        line, start = start, reader.line_num + 1
-        if not any(cell.strip() for cell in row):
-            continue  # a blank line
-        if header is None:
-            header = [cell.strip() for cell in row]
-        else:
-            rows.append((line, row))
+    start = 1  # the line the row being read starts on
+    try:
+        for row in reader:
+            line, start = start, reader.line_num + 1
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue  # a blank line
+            if header is None:
+                header = [cell.strip() for cell in row]
+            else:
+                rows.append((line, row))
+    except csv.Error as exc:
+        raise ConfigError(
+            f'{path}, line {start}: {exc}; quote a value holding a comma as "a,b".'
+        ) from None
     if header is None:
         raise ConfigError(
             f"{path} is empty; its first line must name the columns (one of them the "
@@ -148,17 +145,22 @@ def load_table(
     features = [c for c in range(width) if c != t]
     X = np.empty((len(rows), len(features)), dtype=np.float64)
     for j, c in enumerate(features):
-        for i, (line, row) in enumerate(rows):
-            value = _number(row[c])
-            if value is None or math.isinf(value):
-                what = "text" if value is None else "an infinite value"
-                raise ConfigError(
-                    f"{path}, line {line}, column {header[c]!r}: {row[c].strip()!r} is "
-                    f"{what}; features must be numbers (empty cells are missing values). "
-                    f"Encode {header[c]!r} as numbers (one column per category, or a code "
-                    "per category), or drop the column."
-                )
-            X[i, j] = value
+        try:  # every cell a number: one pass of float() (which skips spaces)
+            X[:, j] = [float(row[c]) for _, row in rows]
+        except ValueError:  # missing values, or text: cell by cell
+            for i, (_, row) in enumerate(rows):
+                value = _number(row[c])
+                X[i, j] = math.inf if value is None else value
+        bad = np.flatnonzero(np.isinf(X[:, j]))
+        if bad.size:
+            line, row = rows[int(bad[0])]
+            what = "text" if _number(row[c]) is None else "an infinite value"
+            raise ConfigError(
+                f"{path}, line {line}, column {header[c]!r}: {row[c].strip()!r} is "
+                f"{what}; features must be numbers (empty cells are missing values). "
+                f"Encode {header[c]!r} as numbers (one column per category, or a code "
+                "per category), or drop the column."
+            )
     return (
         X,
         _target([(line, row[t]) for line, row in rows], target, path),
