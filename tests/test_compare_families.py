@@ -343,3 +343,39 @@ def test_a_nested_choice_sets_the_estimators_parameter() -> None:
     bad = {"kernel": {"type": "choice", "options": {"rbf": {"gama": [0.1]}}}}
     with pytest.raises(ConfigError, match=r"no parameter 'gama'\. Did you mean 'gamma'"):
         families_from({"svm": (SVC, bad)}, classification=True)
+
+
+def test_estimators_next_to_an_unwrapped_choice(tmp_path: Path) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text(COMPARE_YAML + "estimators: {svm: sklearn.svm:SVC}\n")
+    with pytest.raises(ConfigError, match=r"'estimators'(.|\n)*put the choice under params:"):
+        families_from(path, classification=True)
+    data = {
+        "model": {"type": "choice", "options": {"svm": None}},
+        "estimators": {"svm": "sklearn.svm:SVC"},
+    }
+    with pytest.raises(ConfigError, match=r"put the choice under params:"):
+        families_from(data, classification=True)
+
+
+def test_estimators_setting_from_python_may_hold_classes() -> None:
+    data = {
+        "params": {"model": {"type": "choice", "options": {"scaled": {"C": [1.0, 2.0]}}}},
+        "estimators": {"scaled": scaled_svc},
+    }
+    (family,) = families_from(data, classification=True)
+    assert family.make({"C": 2.0}).steps[-1][1].C == 2.0
+
+
+def scaled_svc(C: float = 1.0) -> Any:
+    return make_pipeline(StandardScaler(), SVC(C=C))
+
+
+def test_a_factory_that_raises_is_named() -> None:
+    def broken() -> Any:
+        raise RuntimeError("no GPU")
+
+    with pytest.raises(
+        ConfigError, match=r"Family 'b': calling factory .*broken\(\).*RuntimeError: no GPU"
+    ):
+        families_from({"b": broken}, classification=True)

@@ -79,6 +79,10 @@ ALIASES: dict[str, tuple[str | None, str | None]] = {
 
 _FAMILY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # no dot: it prefixes flat names
 _SETTINGS = ("estimators",)  # what a wrapped space file may hold next to params:
+_WRAP = (
+    "With estimators:, put the choice under params: (params: {model: {type: choice, "
+    "...}}, estimators: {option: 'module:Name'})."
+)
 
 
 @dataclass(frozen=True)
@@ -364,7 +368,14 @@ def _try_default(factory: Any, family: str) -> Any:
     ]
     if required:
         return None
-    built = factory()
+    try:
+        built = factory()
+    except Exception as exc:
+        raise ConfigError(
+            f"Family {family!r}: calling {_describe(factory)}() to check what it returns "
+            f"raised {type(exc).__name__}: {exc}. A factory must build an estimator from "
+            "its default arguments and the family's parameters."
+        ) from exc
     if not _is_estimator(built):
         raise ConfigError(
             f"Family {family!r}: {_describe(factory)} returned {type(built).__name__}, "
@@ -455,9 +466,7 @@ def _estimators_setting(settings: Mapping[str, Any], source: str) -> Mapping[str
             f"file holds params: (the choice of families) and {', '.join(_SETTINGS)}:."
         )
     estimators = settings.get("estimators") or {}
-    if not isinstance(estimators, Mapping) or not all(
-        isinstance(v, str) for v in estimators.values()
-    ):
+    if not isinstance(estimators, Mapping):
         raise ConfigError(
             f"{source}: estimators: maps an option to 'module:Name', e.g. estimators: "
             "{gbc: 'sklearn.ensemble:GradientBoostingClassifier'}; got "
@@ -490,7 +499,12 @@ def families_from(
     data = estimators_or_space
     if isinstance(data, (str, os.PathLike)):
         source = str(data)
-        space, settings = load_sweep_file(data)
+        try:
+            space, settings = load_sweep_file(data)
+        except ConfigError as exc:
+            if "'estimators'" in str(exc):  # read as a parameter: the file is not wrapped
+                raise ConfigError(f"{exc}\n{_WRAP}") from None
+            raise
         families = _from_space(
             space,
             _estimators_setting(settings, source),
@@ -501,6 +515,8 @@ def families_from(
     elif isinstance(data, Space):
         families = _from_space(data, {}, classification=classification, seed=seed, source="space")
     elif isinstance(data, Mapping) and _is_space_mapping(data):
+        if "estimators" in data and "params" not in data:
+            raise ConfigError(f"space: 'estimators' is next to the choice. {_WRAP}")
         space, settings = sweep_from_dict(data, source="space")
         families = _from_space(
             space,
