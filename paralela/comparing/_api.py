@@ -104,7 +104,7 @@ def compare(
     _n_samples(X, y)
     estimators = _check_families(families, scoring)
     scoring_name = _scoring_name(scoring)
-    folds = _folds(cv, X, y, estimators)
+    folds = _folds(cv, X, y, families, estimators)
     grid = _grid_mode(families, sampler)
     check_budget(n_trials, time_budget, grid=grid)
     halving, pruner_obj = _pruning(pruner, halving)
@@ -135,6 +135,11 @@ def compare(
     report = _progress(progress, len(folds))
     backend = database = None
     try:
+        from paralela.backends._processes import ProcessBackend
+        from paralela.resources import detect, make_slots
+
+        slots = make_slots(detect(), n_slots=workers)
+        backend = ProcessBackend(slots=slots)  # the workers boot while the study opens
         study = None
         if not grid or pruner_obj is not None:
             study, database = _study(root, sampler, seed, pruner_obj, grid=grid, notes=notes)
@@ -148,13 +153,9 @@ def compare(
 
         from paralela.backends._base import Broadcast
         from paralela.backends._interrupt import sigterm_as_interrupt
-        from paralela.backends._processes import ProcessBackend
         from paralela.comparing._schedule import Scheduler
         from paralela.comparing._tasks import SharedData
-        from paralela.resources import detect, make_slots
 
-        slots = make_slots(detect(), n_slots=workers)
-        backend = ProcessBackend(slots=slots)
         shared = Broadcast(SharedData(X, y, folds, scoring, {f.name: f.make for f in families}))
         scheduler = Scheduler(
             backend=backend,
@@ -336,18 +337,26 @@ def _scoring_name(scoring: Any) -> str:
     )
 
 
-def _folds(cv: Any, X: Any, y: Any, estimators: Sequence[Any]) -> list[tuple[Any, Any]]:
+def _folds(
+    cv: Any, X: Any, y: Any, families: Sequence[Family], estimators: Sequence[Any]
+) -> list[tuple[Any, Any]]:
     """The folds, once, as GridSearchCV computes them (``check_cv``)."""
     from sklearn.base import is_classifier
     from sklearn.model_selection import check_cv
 
-    kinds = {bool(is_classifier(e)) for e in estimators}
-    if len(kinds) > 1:
+    kinds = [bool(is_classifier(e)) for e in estimators]
+    if (cv is None or isinstance(cv, int)) and len(set(kinds)) > 1:
+        classifiers = [f.name for f, k in zip(families, kinds, strict=True) if k]
+        others = [f.name for f, k in zip(families, kinds, strict=True) if not k]
         raise ConfigError(
-            "The families mix classifiers and regressors; compare families of one kind."
+            f"cv={cv!r} splits classifiers' data stratified by class and other "
+            f"estimators' not, and the families mix both (classifiers: "
+            f"{', '.join(classifiers)}; others: {', '.join(others)}). Give cv as a "
+            "splitter (StratifiedKFold(5) or KFold(5)) so that every family gets the "
+            "same folds, or compare families of one kind."
         )
     try:
-        splitter = check_cv(cv, y, classifier=kinds.pop())
+        splitter = check_cv(cv, y, classifier=kinds[0])
         folds = list(splitter.split(X, y))
     except (TypeError, ValueError) as exc:
         raise ConfigError(

@@ -121,8 +121,6 @@ class Scheduler:
             candidate.state, candidate.error = "FAIL", failed["error"]
 
     def _end(self, candidate: Candidate, state: str, error: str | None = None) -> None:
-        from optuna.trial import TrialState
-
         candidate.state = state
         candidate.error = error
         self._cancel(candidate)
@@ -140,6 +138,8 @@ class Scheduler:
                 }
             )
         if candidate.trial is not None and self.study is not None:
+            from optuna.trial import TrialState
+
             trial, candidate.trial = candidate.trial, None
             mean = candidate.mean()
             if state == "COMPLETE" and mean is not None:
@@ -191,8 +191,10 @@ class Scheduler:
 
     # -- tasks ---------------------------------------------------------------------
 
-    def _next_fold(self, candidate: Candidate) -> int | None:
-        if candidate.state != "RUNNING" or (self.stepwise and candidate.inflight):
+    def _next_fold(self, candidate: Candidate, *, eager: bool = False) -> int | None:
+        """The next fold to run; with a pruner, only after the previous one reported,
+        unless ``eager`` (nothing else is left to run: a free slot is worth more)."""
+        if candidate.state != "RUNNING" or (self.stepwise and candidate.inflight and not eager):
             return None
         for fold in range(min(candidate.target, candidate.n_folds)):
             if fold not in candidate.scores and fold not in candidate.inflight:
@@ -208,23 +210,34 @@ class Scheduler:
 
     def _fill(self, active: list[Candidate], *, new: bool) -> bool:
         """Submit tasks until the window is full; ``False`` once the source is empty."""
-        more = True
+        more = new
         while len(self.futures) < self.window:
-            task = next(((c, f) for c in active if (f := self._next_fold(c)) is not None), None)
-            if task is not None:
-                self._submit(*task)
-                continue
-            if not new or not more or self._past_deadline():
+            task = self._task(active, eager=False)
+            if task is None and more and not self._past_deadline():
+                candidate = self.source.take(self.costs)
+                if candidate is None:
+                    more = False
+                else:
+                    if candidate.state == "RUNNING" and candidate.trial is None and self.study:
+                        candidate.trial = self.study.ask()  # a grid point, for the pruner
+                    if candidate.state == "RUNNING":
+                        self._settle(candidate)  # its logged folds may finish or prune it
+                    if candidate.state == "RUNNING":
+                        active.append(candidate)
+                    continue
+            if task is None:
+                task = self._task(active, eager=True)
+            if task is None:
                 break
-            candidate = self.source.take(self.costs)
-            if candidate is None:
-                more = False
-                break
-            if candidate.state == "RUNNING":
-                self._settle(candidate)  # logged folds may already finish or prune it
-            if candidate.state == "RUNNING":
-                active.append(candidate)
+            self._submit(*task)
         return more
+
+    def _task(self, active: Sequence[Candidate], *, eager: bool) -> tuple[Candidate, int] | None:
+        for candidate in active:
+            fold = self._next_fold(candidate, eager=eager)
+            if fold is not None:
+                return candidate, fold
+        return None
 
     def _past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
