@@ -17,7 +17,7 @@ from sklearn.svm import SVC
 
 from paralela.comparing._families import ALIASES, Family, families_from, resolve_estimator
 from paralela.errors import ConfigError
-from paralela.sweeping._space import Choice, Float, Grid, Int, Space
+from paralela.sweeping._space import Categorical, Choice, Float, Grid, Int, Space
 
 COMPARE_YAML = """\
 model:
@@ -379,3 +379,33 @@ def test_a_factory_that_raises_is_named() -> None:
         ConfigError, match=r"Family 'b': calling factory .*broken\(\).*RuntimeError: no GPU"
     ):
         families_from({"b": broken}, classification=True)
+
+
+def test_a_toml_space_file(tmp_path: Path) -> None:
+    path = tmp_path / "space.toml"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            [params.model]
+            type = "choice"
+
+            [params.model.options.forest]
+            max_depth = [2, 3]
+
+            [params.model.options.gbc]
+            learning_rate = {type = "float", low = 0.01, high = 0.3, log = true}
+
+            [params.model.options.knn]
+
+            [estimators]
+            gbc = "sklearn.ensemble.GradientBoostingClassifier"
+            """
+        )
+    )
+    families = by_name(families_from(path, classification=True))
+    assert families["forest"].space.params == (Categorical("max_depth", (2, 3)),)
+    assert families["gbc"].space.names == ["learning_rate"]
+    assert families["knn"].space == Space(())
+    assert type(families["gbc"].make({"learning_rate": 0.1})).__name__ == (
+        "GradientBoostingClassifier"
+    )
