@@ -35,7 +35,10 @@ DRIVER = textwrap.dedent(
 
     X, y = load_digits(return_X_y=True)
     families = {"knn": (CountingKNN(delay=float(sys.argv[2])), {"n_neighbors": KS})}
-    paralela.compare(families, X, y, cv=3, run_dir=sys.argv[1], workers=2, progress=False)
+    sampled = dict(sampler="random", n_trials=len(KS), seed=0) if sys.argv[3] == "sampled" else {}
+    paralela.compare(
+        families, X, y, cv=3, run_dir=sys.argv[1], workers=2, progress=False, **sampled
+    )
     """
 ).replace("KS", repr(KS))
 
@@ -45,7 +48,7 @@ def _fold_lines(run_dir: Path) -> list[dict[str, Any]]:
     return [e for e in map(json.loads, lines) if e["kind"] == "fold"]
 
 
-def _start_driver(tmp_path: Path, run_dir: Path, delay: float) -> subprocess.Popen[str]:
+def _start_driver(tmp_path: Path, run_dir: Path, delay: float, mode: str) -> subprocess.Popen[str]:
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     env = {
@@ -54,7 +57,7 @@ def _start_driver(tmp_path: Path, run_dir: Path, delay: float) -> subprocess.Pop
         FITS_VARIABLE: str(tmp_path / "fits.jsonl"),
     }
     return subprocess.Popen(
-        [sys.executable, str(script), str(run_dir), str(delay)],
+        [sys.executable, str(script), str(run_dir), str(delay), mode],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -63,10 +66,10 @@ def _start_driver(tmp_path: Path, run_dir: Path, delay: float) -> subprocess.Pop
 
 
 def _interrupted_then_resumed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: signal.Signals
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: signal.Signals, mode: str = "grid"
 ) -> tuple[Any, set[tuple[int, int]], str]:
     run_dir = tmp_path / "run"
-    driver = _start_driver(tmp_path, run_dir, delay=0.25)
+    driver = _start_driver(tmp_path, run_dir, delay=0.25, mode=mode)
     try:
         wait_until(
             lambda: (run_dir / "folds.jsonl").exists() and len(_fold_lines(run_dir)) >= 3,
@@ -86,7 +89,12 @@ def _interrupted_then_resumed(
     monkeypatch.setenv(FITS_VARIABLE, str(tmp_path / "fits.jsonl"))
     X, y = load_digits(return_X_y=True)
     families = {"knn": (CountingKNN(), {"n_neighbors": KS})}
-    result = paralela.compare(families, X, y, cv=3, run_dir=run_dir, workers=2, refit=False)
+    sampled: dict[str, Any] = (
+        {"sampler": "random", "n_trials": len(KS), "seed": 0} if mode == "sampled" else {}
+    )
+    result = paralela.compare(
+        families, X, y, cv=3, run_dir=run_dir, workers=2, refit=False, **sampled
+    )
     return result, finished, stderr
 
 
@@ -109,20 +117,22 @@ def _check_resumed(tmp_path: Path, result: Any, finished: set[tuple[int, int]]) 
     assert all(c.state == "COMPLETE" for c in log.candidates.values())
     log.close()
     search = GridSearchCV(KNeighborsClassifier(), {"n_neighbors": KS}, cv=3).fit(X, y)
-    assert [c.params for c in result.candidates] == search.cv_results_["params"]
+    by_params = sorted(result.candidates, key=lambda c: c.params["n_neighbors"])
+    assert [c.params for c in by_params] == search.cv_results_["params"]
     assert {c.state for c in result.candidates} == {"COMPLETE"}
-    for c in result.candidates:
+    for index, c in enumerate(by_params):
         for fold, score in enumerate(c.fold_scores):
-            expected = search.cv_results_[f"split{fold}_test_score"][c.number]
+            expected = search.cv_results_[f"split{fold}_test_score"][index]
             assert score == pytest.approx(expected, abs=1e-12)
     assert result.best is not None
-    assert result.best.number == search.best_index_
+    assert result.best.mean == pytest.approx(search.best_score_, abs=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["grid", "sampled"])
 def test_a_killed_driver_resumes_without_refitting_finished_folds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    result, finished, _ = _interrupted_then_resumed(tmp_path, monkeypatch, signal.SIGKILL)
+    result, finished, _ = _interrupted_then_resumed(tmp_path, monkeypatch, signal.SIGKILL, mode)
     _check_resumed(tmp_path, result, finished)
 
 

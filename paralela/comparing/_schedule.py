@@ -137,21 +137,26 @@ class Scheduler:
                     "error": error,
                 }
             )
-        if candidate.trial is not None and self.study is not None:
-            from optuna.trial import TrialState
-
-            trial, candidate.trial = candidate.trial, None
-            mean = candidate.mean()
-            if state == "COMPLETE" and mean is not None:
-                self.study.tell(trial, mean)
-            elif state == "PRUNED":
-                self.study.tell(trial, state=TrialState.PRUNED)
-            else:
-                if error:
-                    trial.set_user_attr("paralela:error", error[:1000])
-                self.study.tell(trial, state=TrialState.FAIL)
+        self._tell(candidate)
         if self.on_end is not None:
             self.on_end(candidate)
+
+    def _tell(self, candidate: Candidate) -> None:
+        """Tell the candidate's Optuna trial how it ended (once: the trial is let go)."""
+        if candidate.trial is None or self.study is None:
+            return
+        from optuna.trial import TrialState
+
+        trial, candidate.trial = candidate.trial, None
+        mean = candidate.mean()
+        if candidate.state == "COMPLETE" and mean is not None:
+            self.study.tell(trial, mean)
+        elif candidate.state == "PRUNED":
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            if candidate.error:
+                trial.set_user_attr("paralela:error", candidate.error[:1000])
+            self.study.tell(trial, state=TrialState.FAIL)
 
     def _cancel(self, candidate: Candidate) -> None:
         if candidate.inflight:
@@ -218,6 +223,10 @@ class Scheduler:
                 if candidate is None:
                     more = False
                 else:
+                    if candidate.state == "RUNNING":
+                        self._restore(candidate)  # a sampled one may have logged folds
+                    if candidate.state != "RUNNING":
+                        self._tell(candidate)  # a logged failure: its new trial fails too
                     if candidate.state == "RUNNING" and candidate.trial is None and self.study:
                         candidate.trial = self.study.ask()  # a grid point, for the pruner
                     if candidate.state == "RUNNING":
@@ -325,7 +334,11 @@ class Scheduler:
             self._wait()
 
     def _run_halving(self) -> None:
-        alive = [c for c in self.source.take_all() if c.state == "RUNNING"]
+        taken = self.source.take_all()
+        for candidate in taken:
+            if candidate.state == "RUNNING":
+                self._restore(candidate)
+        alive = [c for c in taken if c.state == "RUNNING"]
         for target in halving_rounds(self.n_folds, self.factor):
             for candidate in alive:
                 candidate.target = target
