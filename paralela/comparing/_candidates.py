@@ -84,10 +84,13 @@ def family_grid(space: Space) -> list[dict[str, Any]]:
 
 
 class _Order:
-    """Candidates waiting to run, handed out family by family, longest tasks first."""
+    """Candidates waiting to run, handed out family by family, longest tasks first:
+    each family's first candidate in turn (to time it), then the family whose tasks
+    took longest so far (a family not timed yet counts as the mean of the others)."""
 
     def __init__(self, families: Sequence[str]) -> None:
         self.waiting: dict[str, deque[Candidate]] = {name: deque() for name in families}
+        self.started: set[str] = set()
 
     def add(self, candidate: Candidate) -> None:
         self.waiting[candidate.family].append(candidate)
@@ -96,8 +99,13 @@ class _Order:
         ready = [name for name, queue in self.waiting.items() if queue]
         if not ready:
             return None
-        untimed = [name for name in ready if name not in costs]
-        name = untimed[0] if untimed else max(ready, key=lambda n: costs[n])
+        fresh = [name for name in ready if name not in self.started]
+        if fresh:
+            name = fresh[0]
+        else:
+            guess = sum(costs.values()) / len(costs) if costs else 0.0
+            name = max(ready, key=lambda n: costs.get(n, guess))
+        self.started.add(name)
         return self.waiting[name].popleft()
 
 
