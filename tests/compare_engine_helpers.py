@@ -78,3 +78,30 @@ class NoFit:
 
 def make_no_fit(params: dict[str, Any]) -> NoFit:
     return NoFit()
+
+
+class Crashing(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
+    """Kills its worker process while fitting: always (``times=-1``), or only the first
+    ``times`` fits (counted in the file ``marker``); otherwise predicts the majority."""
+
+    def __init__(self, marker: str = "", times: int = -1) -> None:
+        self.marker = marker
+        self.times = times
+
+    def fit(self, X: Any, y: Any) -> Crashing:
+        crashed = 0
+        if self.marker and os.path.exists(self.marker):
+            with open(self.marker, encoding="utf-8") as f:
+                crashed = len(f.read())
+        if self.times < 0 or crashed < self.times:
+            if self.marker:
+                with open(self.marker, "a", encoding="utf-8") as f:
+                    f.write("x")
+            os._exit(3)
+        values, counts = np.unique(y, return_counts=True)
+        self.classes_ = values
+        self.majority_ = values[np.argmax(counts)]
+        return self
+
+    def predict(self, X: Any) -> Any:
+        return np.full(len(X), self.majority_)

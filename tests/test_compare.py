@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from compare_engine_helpers import Exploding, NoFit, make_no_fit
+from compare_engine_helpers import Crashing, Exploding, NoFit, make_no_fit
 from sklearn.datasets import load_breast_cancer, load_digits, load_wine
 from sklearn.dummy import DummyClassifier
 from sklearn.linear_model import LogisticRegression
@@ -311,3 +311,38 @@ def test_a_run_dir_of_another_comparison_is_refused(tmp_path: Path) -> None:
     other = {"knn": (KNeighborsClassifier(), {"n_neighbors": [1, 5]})}
     with pytest.raises(ConfigError, match="families"):
         paralela.compare(other, X, y, cv=3, run_dir=tmp_path / "r")
+
+
+def test_a_worker_that_dies_is_replaced_and_its_fold_run_once_more(tmp_path: Path) -> None:
+    X, y = load_wine(return_X_y=True)
+    marker = str(tmp_path / "crashed")
+    families = {
+        "once": (Crashing(marker=marker, times=1), {}),
+        "always": (Crashing(), {}),
+        "knn": (KNeighborsClassifier(), {"n_neighbors": [1, 5]}),
+    }
+    result = paralela.compare(families, X, y, cv=3, run_dir=tmp_path / "r", refit=False)
+    by_family = {c.family: c for c in result.candidates}
+    assert by_family["once"].state == "COMPLETE"  # its first fold ran again
+    assert (tmp_path / "crashed").read_text() == "x"
+    assert by_family["always"].state == "FAIL"
+    assert "WorkerDiedError" in (by_family["always"].error or "")
+    assert [c.state for c in result.leaderboard("knn")] == ["COMPLETE", "COMPLETE"]
+
+
+def test_time_budget_and_progress(tmp_path: Path) -> None:
+    X, y = load_wine(return_X_y=True)
+    families = {"knn": (KNeighborsClassifier(), {"n_neighbors": [1, 3, 5]})}
+    seen: list[Any] = []
+    result = paralela.compare(
+        families, X, y, cv=3, run_dir=tmp_path / "r", progress=seen.append, refit=False
+    )
+    assert sorted(r.number for r in seen) == [0, 1, 2]
+    assert sorted(seen, key=lambda r: r.number) == result.candidates
+    assert all(isinstance(r, paralela.comparing.CandidateRecord) for r in seen)
+    # A budget spent before any candidate starts: none runs, and no best.
+    late = paralela.compare(families, X, y, cv=3, run_dir=tmp_path / "late", time_budget=1e-9)
+    assert late.candidates == []
+    assert late.best is None
+    assert late.best_estimator is None
+    assert json.loads((tmp_path / "late" / "best.json").read_text()) is None

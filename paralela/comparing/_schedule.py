@@ -21,6 +21,10 @@ Families share the slots: there is no barrier between them. Modes:
   to ``factor`` times the folds (at most all), until a round with every fold; the
   others end ``PRUNED``. Folds are never refitted from one round to the next.
 
+Failures: a fold that raises ends its candidate ``FAIL`` (its other folds are
+cancelled); a fold whose worker died (a crash in native code, out of memory) runs
+once more on a fresh worker, then fails its candidate with ``WorkerDiedError``.
+
 Resume: the folds and ended candidates in ``folds.jsonl`` are taken as they are; in
 halving mode the rounds are decided again from the logged folds (the same decisions).
 """
