@@ -346,3 +346,24 @@ def test_time_budget_and_progress(tmp_path: Path) -> None:
     assert late.best is None
     assert late.best_estimator is None
     assert json.loads((tmp_path / "late" / "best.json").read_text()) is None
+
+
+def test_n_trials_draws_grid_points(tmp_path: Path) -> None:
+    X, y = load_wine(return_X_y=True)
+    grid = {"n_neighbors": [1, 3, 5], "weights": ["uniform", "distance"]}
+    families = {"knn": (KNeighborsClassifier(), grid)}
+    runs = [
+        paralela.compare(
+            families, X, y, cv=3, n_trials=3, seed=7, sampler=sampler, run_dir=tmp_path / d
+        )
+        for d, sampler in (("a", None), ("b", "grid"))
+    ]
+    points = [[c.params for c in r.candidates] for r in runs]
+    assert points[0] == points[1]  # the same seed draws the same points
+    assert len(points[0]) == 3
+    every = [{"n_neighbors": k, "weights": w} for k in grid["n_neighbors"] for w in grid["weights"]]
+    assert all(p in every for p in points[0])
+    assert len({json.dumps(p, sort_keys=True) for p in points[0]}) == 3
+    continuous = {"knn": (KNeighborsClassifier(), {"p": {"type": "float", "low": 1, "high": 2}})}
+    with pytest.raises(ConfigError, match="sampler='grid' needs a list of values"):
+        paralela.compare(continuous, X, y, sampler="grid", run_dir=tmp_path / "c")

@@ -164,3 +164,22 @@ def test_a_line_cut_short_by_a_crash_is_dropped(tmp_path: Path) -> None:
     log.append({**whole, "fold": 2})
     log.close()
     assert [json.loads(line)["fold"] for line in path.read_text().splitlines()] == [0, 2]
+
+
+@pytest.mark.parametrize("how", [{}, {"halving": True}, {"pruner": "median"}])
+def test_a_finished_comparison_run_again_fits_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: dict[str, Any]
+) -> None:
+    monkeypatch.setenv(FITS_VARIABLE, str(tmp_path / "fits.jsonl"))
+    X, y = load_digits(return_X_y=True)
+    families = {"knn": (CountingKNN(), {"n_neighbors": [1, 3, 5, 7, 9, 11, 13]})}
+    first = paralela.compare(families, X, y, cv=3, run_dir=tmp_path / "r", refit=False, **how)
+    fitted = len(fits(tmp_path / "fits.jsonl"))
+    log_size = (tmp_path / "r" / "folds.jsonl").stat().st_size
+    again = paralela.compare(families, X, y, cv=3, run_dir=tmp_path / "r", refit=False, **how)
+    assert len(fits(tmp_path / "fits.jsonl")) == fitted
+    assert (tmp_path / "r" / "folds.jsonl").stat().st_size == log_size  # nothing logged twice
+    assert [(c.number, c.fold_scores, c.state) for c in again.candidates] == [
+        (c.number, c.fold_scores, c.state) for c in first.candidates
+    ]
+    assert again.best == first.best
