@@ -109,21 +109,7 @@ def compare(
     check_budget(n_trials, time_budget, grid=grid)
     halving, pruner_obj = _pruning(pruner, halving)
 
-    from paralela.comparing._store import data_digest, folds_digest
-
-    identity = {
-        "data": data_digest(X, y),
-        "families": [
-            {
-                "name": f.name,
-                "space": f.space.to_dict(),
-                "estimator": f"{type(e).__module__}.{type(e).__qualname__}",
-            }
-            for f, e in zip(families, estimators, strict=True)
-        ],
-        "folds": {"n": len(folds), "sha256": folds_digest(folds)},
-        "scoring": scoring_name,
-    }
+    identity = _identity(families, estimators, X, y, folds, scoring_name)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
     root = Path(run_dir) if run_dir is not None else Path("paralela-runs") / f"compare-{digest}"
     make_dirs(root)
@@ -170,43 +156,25 @@ def compare(
             deadline=None if time_budget is None else time.monotonic() + time_budget,
             on_end=report,
         )
-        from paralela.comparing._results import CompareResult, write_results
+        from paralela.comparing._results import write_results
 
-        def result(best_estimator: Any = None, *, refit_best: bool = False) -> CompareResult:
-            records = [_record(c) for c in source.candidates if c.state != "RUNNING"]
-            records.sort(key=lambda r: r.number)
-            partial = CompareResult(
-                candidates=records,
-                best=None,
-                best_estimator=None,
+        def result(refit_best: bool) -> CompareResult:
+            return _result(
+                source.candidates,
                 run_dir=root,
-                wall_seconds=time.time() - t0,
+                started=t0,
                 scoring=scoring_name,
                 n_folds=len(folds),
                 slots=len(slots),
                 notes=notes,
-            )
-            board = partial.leaderboard()
-            best = board[0] if board and board[0].state == "COMPLETE" else None
-            if best is not None and refit_best:
-                best_estimator = _refit(families, best, X, y)
-            return CompareResult(
-                candidates=records,
-                best=best,
-                best_estimator=best_estimator,
-                run_dir=root,
-                wall_seconds=time.time() - t0,
-                scoring=scoring_name,
-                n_folds=len(folds),
-                slots=len(slots),
-                notes=notes,
+                refit=(lambda best: _refit(families, best, X, y)) if refit_best else None,
             )
 
         try:
             with sigterm_as_interrupt():
                 scheduler.run()
         except KeyboardInterrupt as exc:
-            write_results(result())
+            write_results(result(refit_best=False))
             add_note(
                 exc,
                 f"The comparison was interrupted: the folds that finished are in "
@@ -474,6 +442,61 @@ def _study(
 
 
 # -- results -----------------------------------------------------------------------------
+
+
+def _identity(
+    families: Sequence[Family],
+    estimators: Sequence[Any],
+    X: Any,
+    y: Any,
+    folds: Sequence[tuple[Any, Any]],
+    scoring: str,
+) -> dict[str, Any]:
+    """What makes two comparisons the same one (see ``_store.check_identity``)."""
+    from paralela.comparing._store import data_digest, folds_digest
+
+    return {
+        "data": data_digest(X, y),
+        "families": [
+            {
+                "name": f.name,
+                "space": f.space.to_dict(),
+                "estimator": f"{type(e).__module__}.{type(e).__qualname__}",
+            }
+            for f, e in zip(families, estimators, strict=True)
+        ],
+        "folds": {"n": len(folds), "sha256": folds_digest(folds)},
+        "scoring": scoring,
+    }
+
+
+def _result(
+    candidates: Sequence[Candidate],
+    *,
+    refit: Callable[[CandidateRecord], Any] | None,
+    started: float,
+    **fields: Any,
+) -> CompareResult:
+    """The ended candidates as a result; the best one refit with ``refit`` if given;
+    ``wall_seconds`` from ``started`` (``time.time()``) to the end of the refit."""
+    import dataclasses
+
+    from paralela.comparing._results import CompareResult
+
+    records = sorted((_record(c) for c in candidates if c.state != "RUNNING"), key=_number)
+    result = CompareResult(
+        candidates=records, best=None, best_estimator=None, wall_seconds=0.0, **fields
+    )
+    board = result.leaderboard()
+    best = board[0] if board and board[0].state == "COMPLETE" else None
+    estimator = refit(best) if best is not None and refit is not None else None
+    return dataclasses.replace(
+        result, best=best, best_estimator=estimator, wall_seconds=time.time() - started
+    )
+
+
+def _number(record: CandidateRecord) -> int:
+    return record.number
 
 
 def _record(candidate: Candidate) -> CandidateRecord:
