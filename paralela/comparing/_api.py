@@ -80,7 +80,8 @@ def compare(
         run_dir: the comparison's directory; running again with it resumes (finished
             folds are not fitted again). Default ``paralela-runs/compare-<hash>``.
         workers: tasks at once (default: one per CPU); CPUs are shared among them.
-        seed: seed of the sampler, or of the draw of ``n_trials`` grid points.
+        seed: seed of the sampler, or of the draw of ``n_trials`` grid points; also the
+            ``random_state`` of estimators that take one and leave it unset (default 0).
         progress: print a line per candidate that ends (default: on a terminal), or a
             function called with each ended candidate's record.
 
@@ -100,7 +101,7 @@ def compare(
     folds are stopped); the others go on. A fold whose worker died runs once more.
     """
     t0 = time.time()
-    families = _families(estimators_or_space, y)
+    families = _families(estimators_or_space, y, seed)
     _n_samples(X, y)
     estimators = _check_families(families, scoring)
     scoring_name = _scoring_name(scoring)
@@ -200,8 +201,8 @@ def compare(
 # -- checks, before any task runs ------------------------------------------------------
 
 
-def _families(estimators_or_space: Any, y: Any) -> list[Family]:
-    from paralela.comparing._families import Family, families_from
+def _families(estimators_or_space: Any, y: Any, seed: int | None) -> list[Family]:
+    from paralela.comparing._families import DEFAULT_SEED, Family, families_from
 
     if isinstance(estimators_or_space, Sequence) and not isinstance(
         estimators_or_space, (str, bytes)
@@ -217,7 +218,11 @@ def _families(estimators_or_space: Any, y: Any) -> list[Family]:
                 f"{type(estimators_or_space).__name__} of other things."
             )
     else:
-        families = families_from(estimators_or_space, classification=_is_classification(y))
+        families = families_from(
+            estimators_or_space,
+            classification=_is_classification(y),
+            seed=DEFAULT_SEED if seed is None else seed,
+        )
     if not families:
         raise ConfigError("No family to compare; give at least one estimator.")
     names = [f.name for f in families]

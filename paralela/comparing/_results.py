@@ -94,13 +94,8 @@ class CompareResult:
 
     def families(self) -> dict[str, CandidateRecord]:
         """The best candidate of each family, in the order the families were given."""
-        best: dict[str, CandidateRecord] = {}
-        for record in sorted(self.candidates, key=lambda c: c.number):
-            best.setdefault(record.family, record)
-        for record in self.candidates:
-            if _rank_key(record) < _rank_key(best[record.family]):
-                best[record.family] = record
-        return best
+        names = dict.fromkeys(c.family for c in sorted(self.candidates, key=lambda c: c.number))
+        return {name: self.leaderboard(name)[0] for name in names}
 
     def to_dict(self) -> dict[str, Any]:
         return {
