@@ -282,6 +282,29 @@ def _make_knn(params: dict[str, Any]) -> KNeighborsClassifier:
     return KNeighborsClassifier(**params)
 
 
+def _knn_with(n_neighbors: int, p: float) -> KNeighborsClassifier:
+    """A factory whose arguments have no defaults."""
+    return KNeighborsClassifier(n_neighbors=n_neighbors, p=p)
+
+
+def test_a_factory_without_defaults_is_built_with_a_candidates_parameters(
+    tmp_path: Path,
+) -> None:
+    X, y = load_wine(return_X_y=True)
+    grid = {"n_neighbors": [3], "p": [1.0, 2.0]}
+    result = paralela.compare({"knn": (_knn_with, grid)}, X, y, cv=3, run_dir=tmp_path / "g")
+    assert [c.params for c in result.candidates] == [
+        {"n_neighbors": 3, "p": 1.0},
+        {"n_neighbors": 3, "p": 2.0},
+    ]
+    sampled = {"n_neighbors": [3], "p": {"type": "float", "low": 1.0, "high": 2.0}}
+    result = paralela.compare(
+        {"knn": (_knn_with, sampled)}, X, y, cv=3, n_trials=2, run_dir=tmp_path / "s"
+    )
+    assert [c.state for c in result.candidates] == ["COMPLETE", "COMPLETE"]
+    assert (tmp_path / "s" / "study.db").exists()  # sampled, not a grid
+
+
 def test_bad_estimators_are_refused_before_any_task(tmp_path: Path) -> None:
     X, y = load_wine(return_X_y=True)
     with pytest.raises(ConfigError, match=r"(?s)'broken'.*fit"):

@@ -259,11 +259,12 @@ def _check_families(families: Sequence[Family], scoring: Any) -> list[Any]:
 
     estimators = []
     for family in families:
+        params = _first_candidate(family)
         try:
-            estimator = family.make(dict(family.space.fixed()))
+            estimator = family.make(params)
         except Exception as exc:
             raise ConfigError(
-                f"Family {family.name!r}: building its estimator failed: "
+                f"Family {family.name!r}: building its estimator with {params!r} failed: "
                 f"{type(exc).__name__}: {exc}. Give an estimator, or a factory that takes "
                 "the family's parameters as keywords and returns one."
             ) from exc
@@ -289,6 +290,20 @@ def _check_families(families: Sequence[Family], scoring: Any) -> list[Any]:
             ) from exc
         estimators.append(estimator)
     return estimators
+
+
+def _first_candidate(family: Family) -> dict[str, Any]:
+    """Parameters of one of the family's candidates: its first grid point, or one drawn
+    from its space (on a trial of a throwaway in-memory study, seeded)."""
+    from paralela.comparing._candidates import family_grid, is_finite
+
+    if is_finite(family.space):
+        return family_grid(family.space)[0]
+    from paralela.sweeping._study import _optuna
+
+    optuna = _optuna()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    return {**family.space.fixed(), **family.space.sample(study.ask())}
 
 
 def _scoring_name(scoring: Any) -> str:
