@@ -81,22 +81,21 @@ def make_no_fit(params: dict[str, Any]) -> NoFit:
 
 
 class Crashing(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
-    """Kills its worker process while fitting: always (``times=-1``), or only the first
-    ``times`` fits (counted in the file ``marker``); otherwise predicts the majority."""
+    """Kills its worker process while fitting: always, or with a ``marker`` path only in
+    the one fit that creates that file (``O_EXCL``: one fit wins, however many run at
+    once); otherwise predicts the most frequent class."""
 
-    def __init__(self, marker: str = "", times: int = -1) -> None:
+    def __init__(self, marker: str = "") -> None:
         self.marker = marker
-        self.times = times
 
     def fit(self, X: Any, y: Any) -> Crashing:
-        crashed = 0
-        if self.marker and os.path.exists(self.marker):
-            with open(self.marker, encoding="utf-8") as f:
-                crashed = len(f.read())
-        if self.times < 0 or crashed < self.times:
-            if self.marker:
-                with open(self.marker, "a", encoding="utf-8") as f:
-                    f.write("x")
+        crash = True
+        if self.marker:
+            try:
+                os.close(os.open(self.marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:
+                crash = False
+        if crash:
             os._exit(3)
         values, counts = np.unique(y, return_counts=True)
         self.classes_ = values

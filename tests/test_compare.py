@@ -340,14 +340,14 @@ def test_a_worker_that_dies_is_replaced_and_its_fold_run_once_more(tmp_path: Pat
     X, y = load_wine(return_X_y=True)
     marker = str(tmp_path / "crashed")
     families = {
-        "once": (Crashing(marker=marker, times=1), {}),
+        "once": (Crashing(marker=marker), {}),
         "always": (Crashing(), {}),
         "knn": (KNeighborsClassifier(), {"n_neighbors": [1, 5]}),
     }
     result = paralela.compare(families, X, y, cv=3, run_dir=tmp_path / "r", refit=False)
     by_family = {c.family: c for c in result.candidates}
     assert by_family["once"].state == "COMPLETE"  # its first fold ran again
-    assert (tmp_path / "crashed").read_text() == "x"
+    assert (tmp_path / "crashed").exists()
     assert by_family["always"].state == "FAIL"
     assert "WorkerDiedError" in (by_family["always"].error or "")
     assert [c.state for c in result.leaderboard("knn")] == ["COMPLETE", "COMPLETE"]

@@ -13,7 +13,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paralela._files import make_dirs
-from paralela.errors import ConfigError, add_note
+from paralela.comparing._checks import (
+    check_budget,
+    check_families,
+    check_samples,
+    families_given,
+    grid_mode,
+    make_folds,
+    pruning,
+    scoring_name,
+)
+from paralela.comparing._results import record_of, result_of
+from paralela.comparing._store import comparison_identity, open_study
+from paralela.errors import add_note
 
 if TYPE_CHECKING:
     from paralela.comparing._candidates import Candidate
@@ -21,11 +33,6 @@ if TYPE_CHECKING:
     from paralela.comparing._results import CandidateRecord, CompareResult
 
 __all__ = ["compare"]
-
-# The median pruner's settings for folds: a candidate is compared with the complete
-# ones from its first fold on (folds are few; waiting a step would cost a whole fold),
-# once this many candidates are complete.
-MEDIAN_STARTUP = 5
 
 
 def compare(
@@ -101,16 +108,16 @@ def compare(
     folds are stopped); the others go on. A fold whose worker died runs once more.
     """
     t0 = time.time()
-    families = _families(estimators_or_space, y, seed)
-    _n_samples(X, y)
-    estimators = _check_families(families, scoring)
-    scoring_name = _scoring_name(scoring)
-    folds = _folds(cv, X, y, families, estimators)
-    grid = _grid_mode(families, sampler)
+    families = families_given(estimators_or_space, y, seed)
+    check_samples(X, y)
+    estimators = check_families(families, scoring)
+    score_name = scoring_name(scoring)
+    folds = make_folds(cv, X, y, families, estimators)
+    grid = grid_mode(families, sampler)
     check_budget(n_trials, time_budget, grid=grid)
-    halving, pruner_obj = _pruning(pruner, halving)
+    halving, pruner_obj = pruning(pruner, halving)
 
-    identity = _identity(families, estimators, X, y, folds, scoring_name)
+    identity = comparison_identity(families, estimators, X, y, folds, score_name)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
     root = Path(run_dir) if run_dir is not None else Path("paralela-runs") / f"compare-{digest}"
     make_dirs(root)
@@ -129,7 +136,7 @@ def compare(
         backend = ProcessBackend(slots=slots)  # the workers boot while the study opens
         study = None
         if not grid or pruner_obj is not None:
-            study, database = _study(root, sampler, seed, pruner_obj, grid=grid, notes=notes)
+            study, database = open_study(root, sampler, seed, pruner_obj, grid=grid, notes=notes)
         from paralela.comparing._candidates import GridSource, SampledSource
 
         source: GridSource | SampledSource
@@ -160,11 +167,11 @@ def compare(
         from paralela.comparing._results import write_results
 
         def result(refit_best: bool) -> CompareResult:
-            return _result(
+            return result_of(
                 source.candidates,
                 run_dir=root,
                 started=t0,
-                scoring=scoring_name,
+                scoring=score_name,
                 n_folds=len(folds),
                 slots=len(slots),
                 notes=notes,
@@ -198,348 +205,6 @@ def compare(
             engine.dispose()
 
 
-# -- checks, before any task runs ------------------------------------------------------
-
-
-def _families(estimators_or_space: Any, y: Any, seed: int | None) -> list[Family]:
-    from paralela.comparing._families import DEFAULT_SEED, Family, families_from
-
-    if isinstance(estimators_or_space, Sequence) and not isinstance(
-        estimators_or_space, (str, bytes)
-    ):
-        given = list(estimators_or_space)
-        if given and all(isinstance(f, Family) for f in given):
-            families = given
-        else:
-            raise ConfigError(
-                "compare takes a dict of estimators ({name: estimator} or {name: "
-                "(estimator, grid)}), a space (or its file) whose choice names the "
-                "families, or a list of Family objects; got a "
-                f"{type(estimators_or_space).__name__} of other things."
-            )
-    else:
-        families = families_from(
-            estimators_or_space,
-            classification=_is_classification(y),
-            seed=DEFAULT_SEED if seed is None else seed,
-        )
-    if not families:
-        raise ConfigError("No family to compare; give at least one estimator.")
-    names = [f.name for f in families]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ConfigError(f"Family name(s) {', '.join(map(repr, twice))} given twice; rename one.")
-    return families
-
-
-def _is_classification(y: Any) -> bool:
-    from sklearn.utils.multiclass import type_of_target
-
-    try:
-        return type_of_target(y) in ("binary", "multiclass", "multilabel-indicator")
-    except ValueError:
-        return False
-
-
-def _n_samples(X: Any, y: Any) -> int:
-    from sklearn.utils.validation import _num_samples
-
-    try:
-        n, m = _num_samples(X), _num_samples(y)
-    except TypeError as exc:
-        raise ConfigError(f"X and y must be array-like (rows of samples): {exc}") from exc
-    if n != m:
-        raise ConfigError(f"X has {n} rows but y has {m} values; give one target per row.")
-    return int(n)
-
-
-def _check_families(families: Sequence[Family], scoring: Any) -> list[Any]:
-    """One estimator per family (built with its fixed parameters), checked to be usable."""
-    import cloudpickle
-
-    estimators = []
-    for family in families:
-        params = _first_candidate(family)
-        try:
-            estimator = family.make(params)
-        except Exception as exc:
-            raise ConfigError(
-                f"Family {family.name!r}: building its estimator with {params!r} failed: "
-                f"{type(exc).__name__}: {exc}. Give an estimator, or a factory that takes "
-                "the family's parameters as keywords and returns one."
-            ) from exc
-        kind = type(estimator).__name__
-        if not callable(getattr(estimator, "fit", None)):
-            raise ConfigError(
-                f"Family {family.name!r}: {kind} has no fit method; compare takes "
-                "scikit-learn-style estimators (fit, predict, score) or factories that "
-                "return one."
-            )
-        if scoring is None and not callable(getattr(estimator, "score", None)):
-            raise ConfigError(
-                f"Family {family.name!r}: {kind} has no score method and no scoring was "
-                "given; pass scoring='accuracy' (or another scorer), or add score()."
-            )
-        try:
-            cloudpickle.dumps(family.make)
-        except Exception as exc:
-            raise ConfigError(
-                f"Family {family.name!r}: its estimator factory cannot be sent to worker "
-                f"processes ({type(exc).__name__}: {exc}); use a class or a function "
-                "defined at module level."
-            ) from exc
-        estimators.append(estimator)
-    return estimators
-
-
-def _first_candidate(family: Family) -> dict[str, Any]:
-    """Parameters of one of the family's candidates: its first grid point, or one drawn
-    from its space (on a trial of a throwaway in-memory study, seeded)."""
-    from paralela.comparing._candidates import family_grid, is_finite
-
-    if is_finite(family.space):
-        return family_grid(family.space)[0]
-    from paralela.sweeping._study import _optuna
-
-    optuna = _optuna()
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    return {**family.space.fixed(), **family.space.sample(study.ask())}
-
-
-def _scoring_name(scoring: Any) -> str:
-    if scoring is None:
-        return "score"
-    if isinstance(scoring, str):
-        from sklearn.metrics import get_scorer
-
-        try:
-            get_scorer(scoring)
-        except ValueError as exc:
-            raise ConfigError(f"Unknown scoring {scoring!r}: {exc}") from exc
-        return scoring
-    if callable(scoring):
-        return str(getattr(scoring, "__name__", None) or repr(scoring))
-    raise ConfigError(
-        f"scoring must be None, a scorer name such as 'accuracy', or a callable "
-        f"scorer(estimator, X, y); got {scoring!r}."
-    )
-
-
-def _folds(
-    cv: Any, X: Any, y: Any, families: Sequence[Family], estimators: Sequence[Any]
-) -> list[tuple[Any, Any]]:
-    """The folds, once, as GridSearchCV computes them (``check_cv``)."""
-    from sklearn.base import is_classifier
-    from sklearn.model_selection import check_cv
-
-    kinds = [bool(is_classifier(e)) for e in estimators]
-    if (cv is None or isinstance(cv, int)) and len(set(kinds)) > 1:
-        classifiers = [f.name for f, k in zip(families, kinds, strict=True) if k]
-        others = [f.name for f, k in zip(families, kinds, strict=True) if not k]
-        raise ConfigError(
-            f"cv={cv!r} splits classifiers' data stratified by class and other "
-            f"estimators' not, and the families mix both (classifiers: "
-            f"{', '.join(classifiers)}; others: {', '.join(others)}). Give cv as a "
-            "splitter (StratifiedKFold(5) or KFold(5)) so that every family gets the "
-            "same folds, or compare families of one kind."
-        )
-    try:
-        splitter = check_cv(cv, y, classifier=kinds[0])
-        folds = list(splitter.split(X, y))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"cv={cv!r} cannot split this data: {exc}. Give a number of folds (2 or "
-            "more, at most the rows of the rarest class), a splitter, or a list of "
-            "(train, test) index pairs."
-        ) from exc
-    if not folds:
-        raise ConfigError(f"cv={cv!r} gives no folds; give 2 or more.")
-    return folds
-
-
-def _grid_mode(families: Sequence[Family], sampler: Any) -> bool:
-    from paralela.comparing._candidates import is_finite
-
-    finite = all(is_finite(f.space) for f in families)
-    if sampler is None:
-        return finite
-    if isinstance(sampler, str) and sampler.lower() == "grid":
-        if not finite:
-            bad = [f.name for f in families if not is_finite(f.space)]
-            raise ConfigError(
-                f"sampler='grid' needs a list of values for every parameter, but family "
-                f"{bad[0]!r} has a continuous one; give it values (or a step), or use "
-                "sampler='tpe' with n_trials."
-            )
-        return True
-    return False
-
-
-def check_budget(n_trials: int | None, time_budget: float | None, *, grid: bool) -> None:
-    if n_trials is not None and (
-        isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1
-    ):
-        raise ConfigError(f"n_trials must be a positive integer, got {n_trials!r}.")
-    if time_budget is not None and (
-        isinstance(time_budget, bool)
-        or not isinstance(time_budget, (int, float))
-        or not time_budget > 0
-    ):
-        raise ConfigError(f"time_budget must be a positive number of seconds, got {time_budget!r}.")
-    if not grid and n_trials is None and time_budget is None:
-        raise ConfigError(
-            "Sampling candidates (continuous parameters, or a sampler) needs a budget: "
-            "give n_trials or time_budget."
-        )
-
-
-def _pruning(pruner: Any, halving: bool) -> tuple[bool, Any]:
-    """(halving?, the Optuna pruner or None)."""
-    if pruner is None or pruner is False:
-        return halving, None
-    name = "median" if pruner is True else pruner
-    if isinstance(name, str):
-        key = name.lower().replace("-", "_")
-        if key in ("none", "nop"):
-            return halving, None
-        if key in ("halving", "successive_halving", "sha"):
-            return True, None
-        if halving:
-            raise ConfigError(
-                f"halving=True and pruner={pruner!r} both stop candidates; choose one."
-            )
-        from paralela.sweeping._study import _optuna, make_pruner
-
-        optuna = _optuna()
-        if key == "median":
-            return False, optuna.pruners.MedianPruner(
-                n_startup_trials=MEDIAN_STARTUP, n_warmup_steps=0
-            )
-        return False, make_pruner(name)
-    if halving:
-        raise ConfigError("halving=True and a pruner both stop candidates; choose one.")
-    return False, pruner
-
-
-def _study(
-    root: Path, sampler: Any, seed: int | None, pruner: Any, *, grid: bool, notes: list[str]
-) -> tuple[Any, Any]:
-    from optuna.trial import TrialState
-
-    from paralela.sweeping._study import (
-        _optuna,
-        choose_storage,
-        make_sampler,
-        open_storage,
-        recover_interrupted,
-    )
-
-    optuna = _optuna()
-    if grid or sampler is None:
-        sampler_obj = make_sampler("random" if grid else "tpe", seed=seed, grid=None)
-    elif isinstance(sampler, str):
-        sampler_obj = make_sampler(sampler, seed=seed, grid=None)
-    else:
-        sampler_obj = sampler
-    choice = choose_storage(root, None)
-    if choice.note:
-        notes.append(choice.note)
-    database = open_storage(choice.spec, wal=True)
-    study = optuna.create_study(
-        study_name="compare",
-        storage=database,
-        sampler=sampler_obj,
-        pruner=pruner or optuna.pruners.NopPruner(),
-        direction="maximize",
-        load_if_exists=True,
-    )
-    if grid:  # a dead driver's trials: failed; their candidates come from the grid again
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
-    else:  # failed, and their parameters asked again first
-        recover_interrupted(study)
-    return study, database
-
-
-# -- results -----------------------------------------------------------------------------
-
-
-def _identity(
-    families: Sequence[Family],
-    estimators: Sequence[Any],
-    X: Any,
-    y: Any,
-    folds: Sequence[tuple[Any, Any]],
-    scoring: str,
-) -> dict[str, Any]:
-    """What makes two comparisons the same one (see ``_store.check_identity``)."""
-    from paralela.comparing._store import data_digest, folds_digest
-
-    return {
-        "data": data_digest(X, y),
-        "families": [
-            {
-                "name": f.name,
-                "space": f.space.to_dict(),
-                "estimator": f"{type(e).__module__}.{type(e).__qualname__}",
-            }
-            for f, e in zip(families, estimators, strict=True)
-        ],
-        "folds": {"n": len(folds), "sha256": folds_digest(folds)},
-        "scoring": scoring,
-    }
-
-
-def _result(
-    candidates: Sequence[Candidate],
-    *,
-    refit: Callable[[CandidateRecord], Any] | None,
-    started: float,
-    **fields: Any,
-) -> CompareResult:
-    """The ended candidates as a result; the best one refit with ``refit`` if given;
-    ``wall_seconds`` from ``started`` (``time.time()``) to the end of the refit."""
-    import dataclasses
-
-    from paralela.comparing._results import CompareResult
-
-    records = sorted((_record(c) for c in candidates if c.state != "RUNNING"), key=_number)
-    result = CompareResult(
-        candidates=records, best=None, best_estimator=None, wall_seconds=0.0, **fields
-    )
-    board = result.leaderboard()
-    best = board[0] if board and board[0].state == "COMPLETE" else None
-    estimator = refit(best) if best is not None and refit is not None else None
-    return dataclasses.replace(
-        result, best=best, best_estimator=estimator, wall_seconds=time.time() - started
-    )
-
-
-def _number(record: CandidateRecord) -> int:
-    return record.number
-
-
-def _record(candidate: Candidate) -> CandidateRecord:
-    import numpy as np
-
-    from paralela.comparing._results import CandidateRecord
-
-    scores = [candidate.scores.get(f) for f in range(candidate.n_folds)]
-    done = [s for s in scores if s is not None]
-    fits = list(candidate.fit_seconds.values())
-    return CandidateRecord(
-        number=candidate.number,
-        family=candidate.family,
-        params=dict(candidate.params),
-        fold_scores=scores,
-        mean=float(np.mean(done)) if done else None,
-        std=float(np.std(done)) if done else None,
-        fit_seconds=float(np.mean(fits)) if fits else 0.0,
-        state=candidate.state,  # type: ignore[arg-type]
-        error=candidate.error,
-    )
-
-
 def _refit(families: Sequence[Family], best: CandidateRecord, X: Any, y: Any) -> Any:
     family = next(f for f in families if f.name == best.family)
     estimator = family.make(dict(best.params))
@@ -554,7 +219,7 @@ def _progress(
         call = progress
 
         def forward(candidate: Candidate) -> None:
-            call(_record(candidate))
+            call(record_of(candidate))
 
         return forward
     if progress is None:
@@ -563,7 +228,7 @@ def _progress(
         return None
 
     def show(candidate: Candidate) -> None:
-        record = _record(candidate)
+        record = record_of(candidate)
         score = (
             "-"
             if record.mean is None or math.isnan(record.mean)

@@ -8,18 +8,24 @@ refit on all the data, when refit).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
 import pickle
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from paralela._files import atomic_write
 from paralela.comparing._store import jsonable
 
-__all__ = ["CandidateRecord", "CompareResult", "write_results"]
+if TYPE_CHECKING:
+    from paralela.comparing._candidates import Candidate
+
+__all__ = ["CandidateRecord", "CompareResult", "record_of", "result_of", "write_results"]
 
 State = Literal["COMPLETE", "PRUNED", "FAIL"]
 
@@ -162,3 +168,47 @@ def write_results(result: CompareResult) -> None:
 
             data = cloudpickle.dumps(result.best_estimator, protocol=pickle.HIGHEST_PROTOCOL)
         atomic_write(root / "best.pkl", data)
+
+
+def result_of(
+    candidates: Sequence[Candidate],
+    *,
+    refit: Callable[[CandidateRecord], Any] | None,
+    started: float,
+    **fields: Any,
+) -> CompareResult:
+    """The ended candidates as a result; the best one refit with ``refit`` if given;
+    ``wall_seconds`` from ``started`` (``time.time()``) to the end of the refit."""
+    records = sorted((record_of(c) for c in candidates if c.state != "RUNNING"), key=_number)
+    result = CompareResult(
+        candidates=records, best=None, best_estimator=None, wall_seconds=0.0, **fields
+    )
+    board = result.leaderboard()
+    best = board[0] if board and board[0].state == "COMPLETE" else None
+    estimator = refit(best) if best is not None and refit is not None else None
+    return dataclasses.replace(
+        result, best=best, best_estimator=estimator, wall_seconds=time.time() - started
+    )
+
+
+def _number(record: CandidateRecord) -> int:
+    return record.number
+
+
+def record_of(candidate: Candidate) -> CandidateRecord:
+    import numpy as np
+
+    scores = [candidate.scores.get(f) for f in range(candidate.n_folds)]
+    done = [s for s in scores if s is not None]
+    fits = list(candidate.fit_seconds.values())
+    return CandidateRecord(
+        number=candidate.number,
+        family=candidate.family,
+        params=dict(candidate.params),
+        fold_scores=scores,
+        mean=float(np.mean(done)) if done else None,
+        std=float(np.std(done)) if done else None,
+        fit_seconds=float(np.mean(fits)) if fits else 0.0,
+        state=candidate.state,  # type: ignore[arg-type]
+        error=candidate.error,
+    )

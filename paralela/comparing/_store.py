@@ -23,12 +23,23 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from paralela._files import atomic_write
 from paralela.errors import ConfigError
 
-__all__ = ["FoldLog", "LoggedCandidate", "candidate_key", "check_identity", "jsonable"]
+if TYPE_CHECKING:
+    from paralela.comparing._families import Family
+
+__all__ = [
+    "FoldLog",
+    "LoggedCandidate",
+    "candidate_key",
+    "check_identity",
+    "comparison_identity",
+    "jsonable",
+    "open_study",
+]
 
 IDENTITY_FILE = "compare-identity.json"
 FOLDS_FILE = "folds.jsonl"
@@ -202,3 +213,67 @@ class FoldLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def comparison_identity(
+    families: Sequence[Family],
+    estimators: Sequence[Any],
+    X: Any,
+    y: Any,
+    folds: Sequence[tuple[Any, Any]],
+    scoring: str,
+) -> dict[str, Any]:
+    """What makes two comparisons the same one (see :func:`check_identity`)."""
+    return {
+        "data": data_digest(X, y),
+        "families": [
+            {
+                "name": f.name,
+                "space": f.space.to_dict(),
+                "estimator": f"{type(e).__module__}.{type(e).__qualname__}",
+            }
+            for f, e in zip(families, estimators, strict=True)
+        ],
+        "folds": {"n": len(folds), "sha256": folds_digest(folds)},
+        "scoring": scoring,
+    }
+
+
+def open_study(
+    root: Path, sampler: Any, seed: int | None, pruner: Any, *, grid: bool, notes: list[str]
+) -> tuple[Any, Any]:
+    from optuna.trial import TrialState
+
+    from paralela.sweeping._study import (
+        _optuna,
+        choose_storage,
+        make_sampler,
+        open_storage,
+        recover_interrupted,
+    )
+
+    optuna = _optuna()
+    if grid or sampler is None:
+        sampler_obj = make_sampler("random" if grid else "tpe", seed=seed, grid=None)
+    elif isinstance(sampler, str):
+        sampler_obj = make_sampler(sampler, seed=seed, grid=None)
+    else:
+        sampler_obj = sampler
+    choice = choose_storage(root, None)
+    if choice.note:
+        notes.append(choice.note)
+    database = open_storage(choice.spec, wal=True)
+    study = optuna.create_study(
+        study_name="compare",
+        storage=database,
+        sampler=sampler_obj,
+        pruner=pruner or optuna.pruners.NopPruner(),
+        direction="maximize",
+        load_if_exists=True,
+    )
+    if grid:  # a dead driver's trials: failed; their candidates come from the grid again
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+    else:  # failed, and their parameters asked again first
+        recover_interrupted(study)
+    return study, database
