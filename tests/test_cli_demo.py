@@ -78,6 +78,13 @@ def test_demo_prints_the_table_the_speedup_and_the_equality_check(tmp_path: Path
     assert sum(int(n) for n in row.groups()) == 4
     assert int(row.group(1)) >= 1  # at least one trial completed
     assert re.search(r"Best validation loss \d\.\d{4} with \{'lr': ", out), out
+    # The compare step: 4 families, 10 candidates x 5 folds, the winner's fold scores
+    # equal to scikit-learn's cross_val_score on the same folds.
+    for family in ("logreg", "knn", "forest", "svm"):
+        assert re.search(rf"│ {family} +│ +0\.\d{{4}} │", out), out
+    assert re.search(r"10 candidates x 5 folds on 2 slots", out), out
+    assert "Scores equal: yes (the best, " in " ".join(out.split())
+    assert (demo_dir / "compare" / "best.pkl").is_file()
     # The training step: 2 real ranks, DDP, and a model that learned the digits.
     row = re.search(r"│\s+2 │\s+8 │\s+(\d+\.\d)% │\s+(\d\.\d{4}) │", out)
     assert row is not None, out
@@ -107,6 +114,7 @@ def test_demo_prints_the_table_the_speedup_and_the_equality_check(tmp_path: Path
     assert [(s["kind"], s["path"]) for s in sections] == [
         ("map", str(demo_dir / "map")),
         ("sweep", str(demo_dir / "sweep")),
+        ("compare", str(demo_dir / "compare")),
         ("launch", str(demo_dir / "launch")),
     ]
     summary = json.loads((demo_dir / "map" / "summary.json").read_text())

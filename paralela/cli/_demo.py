@@ -25,8 +25,8 @@ DEMO_HELP = (
     "with the trained MLP through paralela.predict on every worker, checking the "
     "predictions against a serial loop; then serves it with paralela serve, queried by "
     "concurrent clients, and stops it. Takes about 40-50 s on 2 cores.\n\n"
-    "Each step keeps its run directory under one demo directory (map/, sweep/, launch/, "
-    "predict/, serve/); "
+    "Each step keeps its run directory under one demo directory (map/, sweep/, compare/, "
+    "launch/, predict/, serve/); "
     "the demo ends by writing their HTML report there (paralela report) and printing "
     "its file:// URL."
 )
@@ -61,6 +61,15 @@ def demo(
             help="Trials of the sweep step (a PyTorch MLP on digits); 0 skips it.",
         ),
     ] = 12,
+    folds: Annotated[
+        int,
+        typer.Option(
+            "--folds",
+            min=0,
+            help="Folds of the compare step (4 model families on digits, cross-validated "
+            "with paralela.compare); 0 skips it.",
+        ),
+    ] = 5,
     ranks: Annotated[
         int,
         typer.Option(
@@ -148,6 +157,8 @@ def demo(
     )
     if trials > 0:
         _sweep_step(console, trials, workers, directory / "sweep")
+    if folds > 0:
+        _compare_step(console, folds, workers, directory / "compare")
     if ranks > 0:
         _training_step(console, ranks, directory / "launch")
     if images > 0:
@@ -187,8 +198,8 @@ def _report_step(console: Any, directory: Path) -> None:
         console.print(f"Note: {problem}", markup=False)
     console.print(
         f"\n[bold]Report[/bold] of the {len(written.runs)} run(s) above that keep a run "
-        "directory (map, sweep, training): timelines, busy time per worker, where the time "
-        "went, the sweep's leaderboard and plots."
+        "directory (map, sweep, comparison, training): timelines, busy time per worker, "
+        "where the time went, the sweep's and the comparison's leaderboards and plots."
     )
     console.print(f"Report: {written.url}", soft_wrap=True, markup=False, highlight=False)
 
@@ -227,6 +238,50 @@ def _sweep_step(console: Any, trials: int, workers: int | None, run_dir: Path) -
     console.print(
         f"Best validation loss {sweep.best_value:.4f} with {sweep.best_params} "
         f"(trials, logs and plots in {sweep.run_dir})."
+    )
+
+
+def _compare_step(console: Any, folds: int, workers: int | None, run_dir: Path) -> None:
+    """The compare step: model families cross-validated together, checked serially."""
+    from rich.table import Table
+
+    from paralela.demos import run_compare_demo
+    from paralela.errors import ConfigError, MissingExtraError
+
+    console.print(
+        f"\n[bold]Model comparison[/bold]: logistic regression, k-nearest neighbours, a "
+        f"random forest and an SVM, each with its grid, {folds}-fold cross-validated on "
+        "digits, every (candidate, fold) pair a task on the slots..."
+    )
+    try:
+        run = run_compare_demo(folds, workers, run_dir=run_dir)
+    except (MissingExtraError, ConfigError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    table = Table(title="Comparison: best of each family", title_justify="left")
+    for column in ("family", "accuracy", "± std", "parameters"):
+        table.add_column(column, justify="left" if column in ("family", "parameters") else "right")
+    ranked = sorted(run.best_by_family.items(), key=lambda kv: -kv[1][0])
+    for family, (mean, std, params) in ranked:
+        shown = ", ".join(f"{k}={v}" for k, v in params.items())
+        table.add_row(family, f"{mean:.4f}", f"{std:.4f}", shown)
+    console.print(table)
+    console.print(
+        f"{run.candidates} candidates x {run.folds} folds on {run.slots} slots in "
+        f"{run.wall_seconds:.1f} s (the best one refit on all the data; leaderboard, "
+        f"best.json and best.pkl in {run.run_dir}).",
+        soft_wrap=True,
+    )
+    if run.best_family is None:
+        fail("No candidate of the comparison completed; see " + str(run.run_dir), EXIT_FAILED)
+    if not run.scores_equal:
+        fail(
+            f"Scores equal: no. paralela.compare's fold scores of the best candidate "
+            f"({run.paralela_scores}) differ from cross_val_score's ({run.serial_scores}).",
+            EXIT_FAILED,
+        )
+    console.print(
+        f"Scores equal: yes (the best, {run.best_family} {run.best_params}, scores "
+        f"{run.best_mean:.4f} in both paralela.compare and a serial cross_val_score)."
     )
 
 
