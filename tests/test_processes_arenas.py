@@ -303,3 +303,53 @@ def test_idle_workers_let_go_of_deleted_files(
         return False
 
     poll(lambda: not still_mapped(), timeout=5.0, what="the workers to unmap the file")
+
+
+# -- broadcasts: one shared block for every worker ------------------------------------
+
+
+def broadcast_mapping(data: dict[str, numpy.ndarray]) -> tuple[bool, float, str, str]:
+    """Whether the broadcast array is writable, its sum, the mapping it lies in, and that
+    mapping's inode (the same block in every worker: the same inode)."""
+    a = data["X"]
+    address = a.__array_interface__["data"][0]
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if start <= address < end:
+                name = fields[5].strip() if len(fields) > 5 else ""
+                return bool(a.flags.writeable), float(a.sum()), name, fields[4]
+    return bool(a.flags.writeable), float(a.sum()), "?", "?"
+
+
+def test_a_broadcast_data_set_lies_once_in_shared_memory_for_every_worker() -> None:
+    """A broadcast's large arrays (paralela.compare's data set) are written once into a
+    shared block that each worker maps read-only: two workers, one copy."""
+    X = numpy.arange(4 * MIB // 8, dtype=numpy.float64)
+    shared = paralela.backends.Broadcast({"X": X, "small": numpy.ones(3)})
+    backend = ProcessBackend(workers=2)
+    try:
+        seen: dict[int, tuple[bool, float, str, str]] = {}
+        for _ in range(20):  # until both workers have answered
+            futures = [backend.submit(_pid_and_mapping, shared) for _ in range(4)]
+            for f in futures:
+                pid, found = f.result(timeout=60)
+                seen[pid] = found
+            if len(seen) == 2:
+                break
+        assert len(seen) == 2
+        for writable, total, name, _ in seen.values():
+            assert not writable
+            assert total == float(X.sum())
+            assert ARENA in name
+        assert len({inode for *_, inode in seen.values()}) == 1  # one block for both
+    finally:
+        backend.shutdown()
+
+
+def _pid_and_mapping(data: dict[str, numpy.ndarray]) -> tuple[int, tuple[bool, float, str, str]]:
+    import time
+
+    time.sleep(0.05)  # let the other worker take the next task
+    return os.getpid(), broadcast_mapping(data)

@@ -44,6 +44,7 @@ from paralela.backends._base import Backend, Broadcast, Capabilities, usable_cpu
 from paralela.backends._wire import (
     RETIRED_TAG,
     Arena,
+    Layout,
     dumps,
     dumps_with_buffers,
     loads,
@@ -214,6 +215,9 @@ class ProcessBackend(Backend):
         self._pending: collections.deque[_Task] = collections.deque()
         self._workers: list[_Worker] = []
         self._forget: list[int] = []
+        # Each broadcast's pickle and shared block, made once (see _shared_payload).
+        self._broadcasts: dict[int, tuple[bytes, Arena | None, Layout | None]] = {}
+        self._broadcast_lock = threading.Lock()
         self._closing = False
         self._broken: BaseException | None = None
         self._startup_deaths = 0
@@ -239,7 +243,7 @@ class ProcessBackend(Backend):
                 "rebuild (a path, a URL); or use backend='threads'."
             ) from exc
         for ref in refs:
-            _payload_of(ref)
+            self._shared_payload(ref)
         future: Future[R] = Future()
         with self._lock:
             if self._closing:
@@ -319,6 +323,25 @@ class ProcessBackend(Backend):
         with self._lock:
             return self._broken is None and not self._closing
 
+    def _shared_payload(self, ref: Broadcast[Any]) -> tuple[bytes, Layout | None]:
+        """A broadcast's pickle and, for its large buffers (a data set's arrays), where
+        they lie in one shared memory block: written once here, mapped read-only by
+        every worker that needs the value, so that N workers hold one copy, not N."""
+        with self._broadcast_lock:
+            made = self._broadcasts.get(ref.id)
+            if made is None:
+                payload, buffers = _payload_of(ref, self._zero_copy)
+                block = Arena() if buffers else None
+                layout = block.write(buffers) if block is not None else None
+                made = self._broadcasts[ref.id] = (payload, block, layout)
+        return made[0], made[2]
+
+    def _drop_broadcast(self, ref_id: int) -> None:
+        with self._broadcast_lock:
+            made = self._broadcasts.pop(ref_id, None)
+        if made is not None and made[1] is not None:
+            made[1].close()  # workers that mapped it keep their mapping
+
     def forget(self, broadcast: Broadcast[Any]) -> None:
         with self._lock:
             self._forget.append(broadcast.id)
@@ -371,6 +394,8 @@ class ProcessBackend(Backend):
             raise
         finally:
             self._stop_workers()
+            for ref_id in list(self._broadcasts):
+                self._drop_broadcast(ref_id)
 
     def _busy(self) -> bool:
         return any(w.inflight for w in self._workers)
@@ -412,6 +437,7 @@ class ProcessBackend(Backend):
                 if ref_id in w.known_refs:
                     w.known_refs.discard(ref_id)
                     self._send(w, dumps(("forget", ref_id)))
+            self._drop_broadcast(ref_id)
         self._forget.clear()
         while self._pending:
             worker = min(self._workers, key=lambda w: len(w.inflight), default=None)
@@ -427,7 +453,8 @@ class ProcessBackend(Backend):
             slot = worker.free_slots.pop()
             for ref in task.refs:
                 if ref.id not in worker.known_refs:
-                    self._send(worker, dumps(("ref", ref.id, _payload_of(ref))))
+                    payload, shared = self._shared_payload(ref)
+                    self._send(worker, dumps(("ref", ref.id, payload, shared)))
                     worker.known_refs.add(ref.id)
             layout = worker.arenas[slot].write(task.buffers) if task.buffers else []
             worker.inflight.append((task, slot))
@@ -565,11 +592,10 @@ def worker_exit(exitcode: int | None) -> str:
     return describe_exit(exitcode)
 
 
-def _payload_of(ref: Broadcast[Any]) -> bytes:
-    import cloudpickle  # imported on use: ``import paralela`` stays cheap
-
+def _payload_of(ref: Broadcast[Any], zero_copy: bool) -> tuple[bytes, list[Any]]:
+    """The pickle of a broadcast value and its large buffers, kept out of band."""
     try:
-        return ref.payload(lambda v: cloudpickle.dumps(v, protocol=5))
+        return dumps_with_buffers(ref.value, zero_copy)
     except Exception as exc:
         raise UnpicklableError(
             f"Cannot send the shared object ({type(ref.value).__name__}) to worker "

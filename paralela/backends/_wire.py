@@ -22,6 +22,12 @@ array (or any buffer) of ``OUT_OF_BAND_MIN_BYTES`` or more takes one of two road
             a fresh one (the worker opens it as                   (unmapped when that
             /proc/<driver>/fd/<fd>, its inode checked)            goes) and retired
 
+A broadcast value (``Broadcast``: a map's ``shared``, a function's closure, a comparison's
+data set) keeps its large buffers out of band too, written once into a block of its own
+that every worker maps read-only from ``/proc/<driver>/fd/<fd>`` (:func:`map_shared`):
+one copy in memory however many workers use it; the block is closed when the value is
+forgotten or the backend shuts down.
+
 Either way the function receives **read-only** arrays, contiguous or not; smaller
 arrays are pickled in-band and arrive as private, writable copies. An array the
 function keeps stays valid and unchanged: its arena is never written again. memfd
@@ -50,6 +56,7 @@ __all__ = [
     "dumps",
     "dumps_with_buffers",
     "loads",
+    "map_shared",
     "release_files",
     "shrink_idle",
     "zero_copy_available",
@@ -363,6 +370,22 @@ class Arena:
             self._map.close()
             self._map = None
         os.close(self.fd)
+
+
+def map_shared(layout: Layout) -> list[memoryview]:
+    """The worker's read-only views of a block the driver wrote once for every worker (a
+    broadcast value's large buffers): mapped from ``/proc/<driver>/fd/<fd>``, its inode
+    checked; the views keep the mapping, unmapped when the last array over it goes."""
+    driver_fd, inode, size, spans = layout
+    fd = os.open(f"/proc/{os.getppid()}/fd/{driver_fd}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_ino != inode:
+            raise RuntimeError("the driver's shared memory block is gone (driver exiting?)")
+        block = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    base = memoryview(block)
+    return [base[off : off + n] for off, n in spans]
 
 
 def shrink_idle(idle: Iterable[Arena], now: float) -> float | None:

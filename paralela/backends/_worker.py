@@ -12,7 +12,8 @@ Messages from the driver (pickled tuples):
     ("task", task_id, payload, arena_slot, layout)   run a task; buffers are in the arena
                                                       (layout: the arena's fd in the driver,
                                                       inode, size, and each buffer's span)
-    ("ref", ref_id, payload)                          cache a Broadcast value
+    ("ref", ref_id, payload, layout)                  cache a Broadcast value (its large
+                                                      buffers in a shared block: layout)
     ("forget", ref_id)                                drop it
     b"C" + task_id (8 bytes, not a pickle)            cancel a queued task (the reader
                                                       thread notes it; it is never run)
@@ -50,6 +51,7 @@ from paralela.backends._wire import (
     ArenaView,
     dumps,
     loads,
+    map_shared,
     release_files,
 )
 
@@ -194,7 +196,8 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
             sys.argv[:] = message[2]
             continue
         if kind == "ref":
-            refs[message[1]] = loads(message[2])
+            _, ref_id, payload, layout = message
+            refs[ref_id] = loads(payload, map_shared(layout) if layout else None)
             continue
         if kind == "forget":
             refs.pop(message[1], None)

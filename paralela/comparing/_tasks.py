@@ -8,7 +8,9 @@
                  threadpool_limits(slot's threads): fit(X[train]), score(X[test])
              <── FoldOutcome (score or error text, seconds, threads seen)
 
-The data set travels once per worker, however many (candidate, fold) tasks run there:
+The data set's arrays are written once into a shared memory block that each worker maps
+read-only (the processes backend's broadcasts; one copy for all the workers), and the
+rest of it is unpickled once per worker, however many (candidate, fold) tasks run there:
 :class:`SharedData` counts its own unpickling in each worker (``data_loads``), so a run
 can show that it was not sent again.
 """
