@@ -390,3 +390,24 @@ def test_n_trials_draws_grid_points(tmp_path: Path) -> None:
     continuous = {"knn": (KNeighborsClassifier(), {"p": {"type": "float", "low": 1, "high": 2}})}
     with pytest.raises(ConfigError, match="sampler='grid' needs a list of values"):
         paralela.compare(continuous, X, y, sampler="grid", run_dir=tmp_path / "c")
+
+
+def test_a_whole_number_regression_target_gets_regressors(tmp_path: Path) -> None:
+    """Aliases follow the command line's rule: 200-odd distinct whole numbers are a
+    regression target, not 200 classes (scikit-learn's type_of_target says multiclass)."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    y = np.round(y).astype(int)
+    result = paralela.compare(
+        {"ridge": ("ridge", {"alpha": [0.1, 1.0]})},
+        X,
+        y,
+        cv=3,
+        refit=True,
+        run_dir=tmp_path / "run",
+        progress=False,
+    )
+    assert type(result.best_estimator).__name__ == "Ridge"
+    assert result.best is not None
+    assert 0.0 < result.best.mean < 1.0  # R², not accuracy over 200 "classes"

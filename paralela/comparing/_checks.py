@@ -62,6 +62,17 @@ def families_given(estimators_or_space: Any, y: Any, seed: int | None) -> list[F
 
 
 def is_classification(y: Any) -> bool:
+    """Whether an alias means a classifier: the command line's rule for a target column
+    (:func:`paralela.comparing._data.is_classification`: labels, or whole numbers with at
+    most 20 distinct values), so that a whole-number regression target (counts, prices)
+    is not taken for classes; a 2-D target by scikit-learn's ``type_of_target``."""
+    import numpy as np
+
+    from paralela.comparing import _data
+
+    values = np.asarray(y)
+    if values.ndim == 1:
+        return _data.is_classification(values)
     from sklearn.utils.multiclass import type_of_target
 
     try:
