@@ -56,7 +56,8 @@ class CompareDemoResult:
     @property
     def scores_equal(self) -> bool:
         return len(self.serial_scores) == len(self.paralela_scores) and all(
-            abs(a - b) <= 1e-9 for a, b in zip(self.serial_scores, self.paralela_scores)
+            abs(a - b) <= 1e-9
+            for a, b in zip(self.serial_scores, self.paralela_scores, strict=False)
         )
 
 
