@@ -26,6 +26,7 @@ from paralela.comparing._checks import (
 from paralela.comparing._results import record_of, result_of
 from paralela.comparing._store import comparison_identity, open_study
 from paralela.errors import add_note
+from paralela.sweeping._disk import storage_errors
 
 if TYPE_CHECKING:
     from paralela.comparing._candidates import Candidate
@@ -120,89 +121,92 @@ def compare(
     identity = comparison_identity(families, estimators, X, y, folds, score_name)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
     root = Path(run_dir) if run_dir is not None else Path("paralela-runs") / f"compare-{digest}"
-    make_dirs(root)
-    from paralela.comparing._store import FoldLog, check_identity
+    with storage_errors(root, "comparison"):  # a full disk: one paragraph, the path
+        make_dirs(root)
+        from paralela.comparing._store import FoldLog, check_identity
 
-    check_identity(root, identity)
-    log = FoldLog(root)
-    notes: list[str] = []
-    report = _progress(progress, len(folds))
-    backend = database = None
-    try:
-        from paralela.backends._processes import ProcessBackend
-        from paralela.resources import detect, make_slots
-
-        slots = make_slots(detect(), n_slots=workers)
-        backend = ProcessBackend(slots=slots)  # the workers boot while the study opens
-        study = None
-        if not grid or pruner_obj is not None:
-            study, database = open_study(root, sampler, seed, pruner_obj, grid=grid, notes=notes)
-        from paralela.comparing._candidates import GridSource, SampledSource
-
-        source: GridSource | SampledSource
-        if grid:
-            source = GridSource(families, len(folds), log, n_trials=n_trials, seed=seed)
-        else:
-            source = SampledSource(families, len(folds), log, study, n_trials=n_trials)
-
-        from paralela.backends._base import Broadcast
-        from paralela.backends._interrupt import sigterm_as_interrupt
-        from paralela.comparing._schedule import Scheduler
-        from paralela.comparing._tasks import SharedData
-
-        shared = Broadcast(SharedData(X, y, folds, scoring, {f.name: f.make for f in families}))
-        scheduler = Scheduler(
-            backend=backend,
-            shared=shared,
-            n_folds=len(folds),
-            source=source,
-            log=log,
-            slots=len(slots),
-            study=study,
-            stepwise=pruner_obj is not None,
-            halving=halving,
-            deadline=None if time_budget is None else time.monotonic() + time_budget,
-            on_end=report,
-        )
-        from paralela.comparing._results import write_results
-
-        def result(refit_best: bool) -> CompareResult:
-            return result_of(
-                source.candidates,
-                run_dir=root,
-                started=t0,
-                scoring=score_name,
-                n_folds=len(folds),
-                slots=len(slots),
-                notes=notes,
-                refit=(lambda best: _refit(families, best, X, y)) if refit_best else None,
-            )
-
+        check_identity(root, identity)
+        log = FoldLog(root)
+        notes: list[str] = []
+        report = _progress(progress, len(folds))
+        backend = database = None
         try:
-            with sigterm_as_interrupt():
-                scheduler.run()
-        except KeyboardInterrupt as exc:
-            write_results(result(refit_best=False))
-            add_note(
-                exc,
-                f"The comparison was interrupted: the folds that finished are in "
-                f"{root / 'folds.jsonl'} and the leaderboard so far in "
-                f"{root / 'leaderboard.csv'}; run it again with run_dir={str(root)!r} to "
-                "go on (finished folds are not fitted again).",
+            from paralela.backends._processes import ProcessBackend
+            from paralela.resources import detect, make_slots
+
+            slots = make_slots(detect(), n_slots=workers)
+            backend = ProcessBackend(slots=slots)  # the workers boot while the study opens
+            study = None
+            if not grid or pruner_obj is not None:
+                study, database = open_study(
+                    root, sampler, seed, pruner_obj, grid=grid, notes=notes
+                )
+            from paralela.comparing._candidates import GridSource, SampledSource
+
+            source: GridSource | SampledSource
+            if grid:
+                source = GridSource(families, len(folds), log, n_trials=n_trials, seed=seed)
+            else:
+                source = SampledSource(families, len(folds), log, study, n_trials=n_trials)
+
+            from paralela.backends._base import Broadcast
+            from paralela.backends._interrupt import sigterm_as_interrupt
+            from paralela.comparing._schedule import Scheduler
+            from paralela.comparing._tasks import SharedData
+
+            shared = Broadcast(SharedData(X, y, folds, scoring, {f.name: f.make for f in families}))
+            scheduler = Scheduler(
+                backend=backend,
+                shared=shared,
+                n_folds=len(folds),
+                source=source,
+                log=log,
+                slots=len(slots),
+                study=study,
+                stepwise=pruner_obj is not None,
+                halving=halving,
+                deadline=None if time_budget is None else time.monotonic() + time_budget,
+                on_end=report,
             )
-            raise
-        backend.shutdown(wait=False, cancel_futures=True)
-        backend = None
-        final = result(refit_best=refit)
-        write_results(final)
-        return final
-    finally:
-        log.close()
-        if backend is not None:
+            from paralela.comparing._results import write_results
+
+            def result(refit_best: bool) -> CompareResult:
+                return result_of(
+                    source.candidates,
+                    run_dir=root,
+                    started=t0,
+                    scoring=score_name,
+                    n_folds=len(folds),
+                    slots=len(slots),
+                    notes=notes,
+                    refit=(lambda best: _refit(families, best, X, y)) if refit_best else None,
+                )
+
+            try:
+                with sigterm_as_interrupt():
+                    scheduler.run()
+            except KeyboardInterrupt as exc:
+                write_results(result(refit_best=False))
+                add_note(
+                    exc,
+                    f"The comparison was interrupted: the folds that finished are in "
+                    f"{root / 'folds.jsonl'} and the leaderboard so far in "
+                    f"{root / 'leaderboard.csv'}; run it again with run_dir={str(root)!r} to "
+                    "go on (finished folds are not fitted again).",
+                )
+                raise
             backend.shutdown(wait=False, cancel_futures=True)
-        engine = getattr(database, "engine", None)
-        if engine is not None:
-            engine.dispose()
+            backend = None
+            final = result(refit_best=refit)
+            write_results(final)
+            return final
+        finally:
+            log.close()
+            if backend is not None:
+                backend.shutdown(wait=False, cancel_futures=True)
+            engine = getattr(database, "engine", None)
+            if engine is not None:
+                engine.dispose()
 
 
 def _refit(families: Sequence[Family], best: CandidateRecord, X: Any, y: Any) -> Any:

@@ -17,6 +17,7 @@ dropped (the file is cut back to its last whole line before appending).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -200,14 +201,24 @@ class FoldLog:
             raise ValueError(f"unknown kind {entry['kind']!r}")
 
     def append(self, entry: dict[str, Any]) -> None:
-        """Add one line, on disk (flushed and fsync'd) when this returns."""
-        self._apply(entry)
+        """Add one line, on disk (fsync'd) when this returns. A write that fails (a full
+        disk) leaves the file as it was, not with half a line, and raises."""
         if self._file is None:
-            self._file = open(self.path, "ab")  # noqa: SIM115 (kept open for the run)
-        line = json.dumps(jsonable(entry), sort_keys=True, separators=(",", ":"))
-        self._file.write(line.encode() + b"\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+            # unbuffered: nothing left in a buffer to be written half at close
+            self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 (kept open for the run)
+        line = json.dumps(jsonable(entry), sort_keys=True, separators=(",", ":")).encode()
+        fd = self._file.fileno()
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(line + b"\n")
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+        self._apply(entry)
 
     def close(self) -> None:
         if self._file is not None:

@@ -48,8 +48,9 @@ def storage_problem(exc: BaseException) -> tuple[str, str | None] | None:
 
 
 @contextlib.contextmanager
-def storage_errors(root: Path) -> Iterator[None]:
-    """Turn an unwritable run directory, anywhere in the block, into a :class:`RunStoreError`.
+def storage_errors(root: Path, what: str = "sweep") -> Iterator[None]:
+    """Turn an unwritable run directory, anywhere in the block, into a :class:`RunStoreError`
+    (``what``: the sweep, the comparison, whose directory it is).
 
     Raises:
         RunStoreError: the run directory (or the file named) cannot be written.
@@ -63,7 +64,7 @@ def storage_errors(root: Path) -> Iterator[None]:
         reason, path = problem
         where = f" ({path})" if path and Path(path) != root else ""
         raise RunStoreError(
-            f"The sweep cannot write its run directory {root}{where}: {reason}. Free space "
+            f"The {what} cannot write its run directory {root}{where}: {reason}. Free space "
             "there or make it writable, or pass another --run-dir (run_dir=); running the "
-            "same sweep again continues it from the trials already saved."
+            f"same {what} again continues it from what it saved."
         ) from exc
