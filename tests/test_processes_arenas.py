@@ -48,17 +48,19 @@ def writeable(a: numpy.ndarray) -> bool:
 
 def mapped_from(a: numpy.ndarray) -> tuple[bool, float, str]:
     """Whether ``a`` is writable, its sum, and the file its memory is a mapping of."""
+    return bool(a.flags.writeable), float(a.sum()), mapping_of(a)[0]
+
+
+def mapping_of(a: numpy.ndarray) -> tuple[str, str]:
+    """The file ``a``'s memory is a mapping of, and that file's inode."""
     address = a.__array_interface__["data"][0]
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
             start, end = (int(x, 16) for x in fields[0].split("-"))
             if start <= address < end:
-                where = fields[5].strip() if len(fields) > 5 else ""
-                break
-        else:
-            where = "?"
-    return bool(a.flags.writeable), float(a.sum()), where
+                return (fields[5].strip() if len(fields) > 5 else ""), fields[4]
+    return "?", "?"
 
 
 def mappings_of(path: str) -> int:
@@ -312,15 +314,7 @@ def broadcast_mapping(data: dict[str, numpy.ndarray]) -> tuple[bool, float, str,
     """Whether the broadcast array is writable, its sum, the mapping it lies in, and that
     mapping's inode (the same block in every worker: the same inode)."""
     a = data["X"]
-    address = a.__array_interface__["data"][0]
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            if start <= address < end:
-                name = fields[5].strip() if len(fields) > 5 else ""
-                return bool(a.flags.writeable), float(a.sum()), name, fields[4]
-    return bool(a.flags.writeable), float(a.sum()), "?", "?"
+    return (bool(a.flags.writeable), float(a.sum()), *mapping_of(a))
 
 
 def test_a_broadcast_data_set_lies_once_in_shared_memory_for_every_worker() -> None:
