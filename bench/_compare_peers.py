@@ -31,12 +31,19 @@ def _records(res: dict[str, Any], family: str | None) -> list[dict[str, Any]]:
             "params": plain(params),
             "mean": float(res["mean_test_score"][i]),
             "folds": [float(res[f"split{k}_test_score"][i]) for k in range(FOLDS)],
+            "fit_s": FOLDS * float(res["mean_fit_time"][i]),
         }
         if "n_resources" in res:
             rec["n_resources"] = int(res["n_resources"][i])
             rec["iter"] = int(res["iter"][i])
         out.append(rec)
     return out
+
+
+def _busy(cands: list[dict[str, Any]], wall: float) -> dict[str, float]:
+    """Seconds of ``fit`` summed over every fold run, and that / (2 x wall)."""
+    fit = sum(c.get("fit_s", 0.0) for c in cands)
+    return {"fit_s": round(fit, 1), "fit_share": round(fit / (WORKERS * wall), 3)}
 
 
 def _best(cands: list[dict[str, Any]]) -> dict[str, Any]:
@@ -61,7 +68,7 @@ def run_gscv_family(quick: bool) -> dict[str, Any]:
         per_family[name] = time.perf_counter() - t
         cands += _records(gs.cv_results_, name)
     wall = time.perf_counter() - t0
-    notes = {"per_family_s": {k: round(v, 2) for k, v in per_family.items()}}
+    notes = {"per_family_s": {k: round(v, 2) for k, v in per_family.items()}, **_busy(cands, wall)}
     return {"wall": wall, "candidates": cands, "best": _best(cands), "fits": len(cands) * FOLDS,
             "notes": notes}  # fmt: skip
 
@@ -87,7 +94,7 @@ def run_gscv_pipeline(quick: bool) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     cands = _records(gs.cv_results_, None)
     return {"wall": wall, "candidates": cands, "best": _best(cands), "fits": len(cands) * FOLDS,
-            "notes": {}}  # fmt: skip
+            "notes": _busy(cands, wall)}  # fmt: skip
 
 
 def run_halving(quick: bool) -> dict[str, Any]:
@@ -123,7 +130,7 @@ def run_halving(quick: bool) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     best = max(winners, key=lambda w: w["mean"])  # first on a tie, in family order
     return {"wall": wall, "candidates": cands, "best": best, "fits": len(cands) * FOLDS,
-            "notes": {"per_family": per_family}}  # fmt: skip
+            "notes": {"per_family": per_family, **_busy(cands, wall)}}  # fmt: skip
 
 
 # ------------------------------------------------------------------------- paralela
@@ -166,13 +173,16 @@ def run_paralela(quick: bool, variant: str) -> dict[str, Any]:
     for c in result.candidates:
         states[c.state] = states.get(c.state, 0) + 1
         folds = [None if s is None else float(s) for s in c.fold_scores]
+        ran = sum(f is not None for f in folds)
         cands.append({"family": c.family, "params": plain(dict(c.params)),
                       "mean": None if c.mean is None else float(c.mean),
-                      "folds": folds, "state": c.state, "fit_seconds": c.fit_seconds})  # fmt: skip
+                      "folds": folds, "state": c.state,
+                      "fit_s": float(c.fit_seconds) * ran})  # fmt: skip
     b = result.best
     notes = {
         "states": states,
         "wall_seconds (its own)": round(float(result.wall_seconds), 2),
+        **_busy(cands, wall),
         "kwargs": {k: str(v) for k, v in kwargs.items() if k not in ("run_dir", "cv")},
     }
     if dropped:

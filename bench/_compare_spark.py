@@ -9,9 +9,12 @@ The MLlib equivalents of ``_compare_grid``'s families, as near as MLlib has them
 - mlp: ``MultilayerPerceptronClassifier(layers=[64, h, 10])``; MLlib has no L2 penalty
   (``alpha``), so ``maxIter`` 100/200 takes its place;
 - svm: ``OneVsRest(LinearSVC)``, ``regParam = 1 / (C x n_train)``; MLlib has no kernel
-  SVM, so the kernels are gone and only ``C`` remains;
+  SVM, so the kernels are gone and only ``C`` remains; only with ``--mllib-svm``;
 - gbm: ``OneVsRest(GBTClassifier)`` (GBTClassifier is binary only), only with
-  ``--mllib-gbt``: see the results' notes for why it is left out by default.
+  ``--mllib-gbt``.
+
+svm and gbm are left out by default for their cost: each is 10 binary models per fit,
+and each step of each is a Spark job (see the results' notes for the figures).
 
 Folds: a ``fold`` column holding each row's ``StratifiedKFold(5)`` test fold
 (``CrossValidator(foldCol="fold")``), so MLlib scores the same folds as the others;
@@ -21,6 +24,7 @@ param map on all the data at the end (one fit per family; no switch turns it off
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -33,7 +37,7 @@ def _n_train(n: int) -> float:
     return n * (FOLDS - 1) / FOLDS
 
 
-def _families(quick: bool, n: int, gbt: bool) -> dict[str, tuple[Any, Any]]:
+def _families(quick: bool, n: int, gbt: bool, svm: bool) -> dict[str, tuple[Any, Any]]:
     """``{name: (estimator, ParamGridBuilder)}``."""
     from pyspark.ml.classification import (
         GBTClassifier,
@@ -72,9 +76,10 @@ def _families(quick: bool, n: int, gbt: bool) -> dict[str, tuple[Any, Any]]:
             .addGrid(gb.maxIter, g["gbm"]["max_iter"]),
         )
 
-    svc = LinearSVC(maxIter=iters)
-    regs = [1.0 / (c * nt) for c in g["svm"]["C"]]
-    out["svm"] = (OneVsRest(classifier=svc), ParamGridBuilder().addGrid(svc.regParam, regs))
+    if svm:
+        svc = LinearSVC(maxIter=iters)
+        regs = [1.0 / (c * nt) for c in g["svm"]["C"]]
+        out["svm"] = (OneVsRest(classifier=svc), ParamGridBuilder().addGrid(svc.regParam, regs))
 
     mlp = MultilayerPerceptronClassifier(seed=SEED)
     layers = [[64, h, 10] for h in g["mlp"]["hidden_layer_sizes"]]
@@ -93,7 +98,7 @@ def _subset(maps: list[Any]) -> list[Any]:
     return maps if len(maps) <= MAPS else [maps[0], maps[-1]]
 
 
-def run_mllib(quick: bool, gbt: bool = False) -> dict[str, Any]:
+def run_mllib(quick: bool, gbt: bool = False, svm: bool = False) -> dict[str, Any]:
     """Time import + SparkSession (the JVM), the DataFrame, and each family's CV fit."""
     t_start = time.perf_counter()
     from pyspark.ml.evaluation import MulticlassClassificationEvaluator
@@ -129,7 +134,7 @@ def run_mllib(quick: bool, gbt: bool = False) -> dict[str, Any]:
     per_family: dict[str, dict[str, Any]] = {}
     fits, full_fits, projected = 0, 0, 0.0
     t0 = time.perf_counter()
-    for name, (est, builder) in _families(quick, len(y), gbt).items():
+    for name, (est, builder) in _families(quick, len(y), gbt, svm).items():
         every = builder.build()
         maps = _subset(every)
         t = time.perf_counter()
@@ -142,6 +147,7 @@ def run_mllib(quick: bool, gbt: bool = False) -> dict[str, Any]:
         scale = (len(every) * FOLDS + 1) / (len(maps) * FOLDS + 1)
         per_family[name] = {"s": round(took, 2), "maps": f"{len(maps)} of {len(every)}",
                             "projected_s": round(took * scale, 1)}  # fmt: skip
+        print(f"mllib {name}: {took:.1f} s, {per_family[name]}", file=sys.stderr, flush=True)
         fits += len(maps) * FOLDS + 1
         full_fits += len(every) * FOLDS + 1
         projected += took * scale
@@ -159,8 +165,10 @@ def run_mllib(quick: bool, gbt: bool = False) -> dict[str, Any]:
         "dataframe_s": round(t_data, 2),
         "per_family_s": per_family,
         "gbt": gbt,
+        "svm": svm,
         "measured_s (the subset)": round(wall, 2),
     }
     return {"wall": projected, "startup": startup, "candidates": cands, "subset": True,
             "best": {"family": best["family"], "params": best["params"], "mean": best["mean"]},
-            "fits": f"{fits} run ({full_fits} projected)", "notes": notes}  # fmt: skip
+            "fits": f"{fits} run ({full_fits} projected)", "notes": notes,
+            "families": list(per_family)}  # fmt: skip

@@ -58,12 +58,17 @@ TARGET_GRID_RATIO = 0.8
 TARGET_PRUNED_RATIO = 0.4
 TARGET_PRUNED_REL = 0.005
 SAME_SCORE = 1e-9
+SVM_NOTE = (
+    "`OneVsRest(LinearSVC)` (MLlib has no kernel SVM: only `C`, as `regParam`) is left out "
+    "(`--mllib-svm` adds it): a fit is 10 binary models of 100 steps, and one took 84 s "
+    "in a probe on this machine (about 2 cores of other load); a first full run with it "
+    "did not finish the 2 param maps of 4 families in 20 minutes. "
+)
 GBT_NOTE = (
     "`GBTClassifier` is binary only, and `OneVsRest(GBTClassifier)` is left out "
-    "(`--mllib-gbt` adds it): in a probe on this machine (about 2 cores of other load), "
-    "one fit with `maxIter=10` on 4/5 of digits took 22.6 s (10 classes x 10 trees, "
-    "several Spark jobs a tree); the gbm grid's 100-200 iterations would make a fit 4-8 "
-    "minutes and the family's 31 fits hours."
+    "(`--mllib-gbt` adds it): in the same probe one fit with `maxIter=10` took 22.6 s "
+    "(10 classes x 10 trees, several Spark jobs a tree); the gbm grid's 100-200 "
+    "iterations would make a fit 4-8 minutes and the family's 31 fits hours."
 )
 
 
@@ -102,7 +107,7 @@ def child_main(args: argparse.Namespace) -> int:
         elif name == "mllib":
             from _compare_spark import run_mllib
 
-            out = run_mllib(quick, gbt=args.mllib_gbt)
+            out = run_mllib(quick, gbt=args.mllib_gbt, svm=args.mllib_svm)
         elif name.startswith("paralela_"):
             out = run_paralela(quick, name.removeprefix("paralela_"))
         else:
@@ -132,16 +137,18 @@ def run_row(spec: Spec, args: argparse.Namespace, tmp: str, log: Any) -> Row:
     if args.wait_quiet > 0:
         wait_quiet(args.wait_quiet, log)
     result = Path(tempfile.mkdtemp(prefix=f"{spec.name}-", dir=tmp)) / "result.json"
+    flags = [f for f, on in (("--quick", args.quick), ("--mllib-gbt", args.mllib_gbt),
+                             ("--mllib-svm", args.mllib_svm)) if on]  # fmt: skip
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", spec.name,
-           "--result", str(result)] + (["--quick"] if args.quick else []) + (
-           ["--mllib-gbt"] if args.mllib_gbt else [])  # fmt: skip
+           "--result", str(result), *flags]  # fmt: skip
     # Workers inherit PYTHONWARNINGS: the MLPs' ConvergenceWarnings stay out of the logs.
     env = child_env({"PYTHONWARNINGS": "ignore"})
     timeout = MODES["quick" if args.quick else "full"]["timeout"]
     child = run_monitored(cmd, timeout=timeout, env=env, cwd=tmp)
     row.child_wall, row.other_cores = child.wall, child.other_cores
     if child.returncode is None:
-        row.problem = f"timed out after {timeout} s"
+        done = [ln for ln in child.tail.splitlines() if ln.startswith("mllib ")]
+        row.problem = f"timed out after {timeout} s" + (": " + "; ".join(done) if done else "")
         return row
     try:
         data = json.loads(result.read_text())
@@ -212,7 +219,8 @@ def agreement(ref: Reference, row: Row) -> str:
 
 
 def table(rows: list[Row], ref: Reference | None) -> str:
-    ref_wall = next((r.out["wall"] for r in rows if r.spec.name == "gscv_family" and r.out), None)
+    gs = next((r.out for r in rows if r.spec.name == "gscv_family" and r.out), None)
+    ref_wall = None if gs is None else gs["wall"]
     headers = ["row", "what", "wall s", "x gscv_family", "best family", "best params",
                "its best score", "5-fold score of the pick", "|Δ| to exhaustive best",
                "fits", "other load (cores)"]  # fmt: skip
@@ -235,6 +243,9 @@ def table(rows: list[Row], ref: Reference | None) -> str:
             walls.append((f"{r.spec.name}{star} + start-up", r.out["wall"] + r.out["startup"]))
         for name, wall in walls:
             ratio = "-" if ref_wall is None else f"{wall / ref_wall:.2f}"
+            if gs is not None and "families" in r.out:  # against the same families' walls
+                same = sum(gs["notes"]["per_family_s"][f] for f in r.out["families"])
+                ratio = f"{wall / same:.2f} † ({sig(same)} s)"
             body.append([
                 name, r.spec.what, sig(wall), ratio, b["family"], _cell(_params(b["params"])),
                 f"{b['mean']:.4f}", "-" if truth is None else f"{truth:.4f}", delta,
@@ -325,6 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 cheap candidates a family")
     ap.add_argument("--only", default="", help="comma-separated rows (gscv_family is always run)")
     ap.add_argument("--mllib-gbt", action="store_true", help="add OneVsRest(GBTClassifier)")
+    ap.add_argument("--mllib-svm", action="store_true", help="add OneVsRest(LinearSVC)")
     ap.add_argument("--out", default=str(RESULTS), help="Markdown file to write")
     ap.add_argument("--wait-quiet", type=float, default=60.0, help="seconds to wait for idle")
     ap.add_argument("--retries", type=int, default=1, help=f"reruns above {RETRY_CORES} cores")
@@ -417,23 +429,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         "its rungs' subsamples). `other load` is the CPU the rest of the machine used "
         "while the row ran (/proc/stat minus the child's process tree); before each row "
         f"the parent waits up to {args.wait_quiet:g} s for an idle machine, and a row "
-        f"above {RETRY_CORES} cores runs once more at the end (the cleaner run is kept).",
+        f"above {RETRY_CORES} cores runs once more at the end (the cleaner run is kept). "
+        "In the notes, `fit_s` is the seconds spent inside `fit`, summed over every fold "
+        "run (scikit-learn's `mean_fit_time` x 5, paralela's records), and `fit_share` = "
+        "`fit_s` / (2 x wall): the share of the 2 cores' time spent fitting (the rest is "
+        "scoring, moving data, worker start-up and idle slots).",
         "MLlib's families (`bench/_compare_spark.py`): multinomial `LogisticRegression` "
         "(`regParam = 1 / (C x n_train)`, `standardization=False`), "
         "`RandomForestClassifier` (`max_depth=None` as 30), "
         "`MultilayerPerceptronClassifier` (layers [64, h, 10]; no L2 penalty in MLlib, "
-        "`maxIter` 100/200 takes `alpha`'s place), `OneVsRest(LinearSVC)` (MLlib has no "
-        "kernel SVM: only `C`, as `regParam`), MLlib's default `maxIter` (100). Its folds "
-        "are the same (`foldCol` holds each row's `StratifiedKFold` fold), its models are "
-        "not, so its scores are its own. `*`: MLlib runs 2 param maps per family (the "
-        "grid's first and last, so that `parallelism=2` has 2 to run at once; "
+        "`maxIter` 100/200 takes `alpha`'s place), MLlib's default `maxIter` (100). Its "
+        "folds are the same (`foldCol` holds each row's `StratifiedKFold` fold), its "
+        "models are not, so its scores are its own. `*`: MLlib runs 2 param maps per "
+        "family (the grid's first and last, so that `parallelism=2` has 2 to run at once: "
         "`CrossValidator` runs the folds one after another and the maps of a fold in "
         "parallel), and its wall is projected to the whole grid per family, linearly in "
-        "fits (5 per map + its refit); the measured seconds are in the notes. Every "
-        "L-BFGS or gradient step is a Spark job (tens of ms on `local[2]`), so a fit of "
-        "these small models costs seconds (one `OneVsRest(LinearSVC)` fit, 10 binary "
-        "models of 100 steps, took 84 s in a probe on the loaded machine): the whole grid "
-        "would take about half an hour. "
+        "fits (5 per map + its refit); the measured seconds are in the notes. `†`: the "
+        "ratio is to `gscv_family`'s seconds for the same families (in brackets), not to "
+        "its whole wall. Every L-BFGS or gradient step is a Spark job (tens of ms on "
+        "`local[2]`), so each fit of these small models costs seconds. "
+        + ("" if args.mllib_svm else SVM_NOTE)
         + (
             "`OneVsRest(GBTClassifier)` is included (`--mllib-gbt`)."
             if args.mllib_gbt
