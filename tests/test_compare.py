@@ -411,3 +411,40 @@ def test_a_whole_number_regression_target_gets_regressors(tmp_path: Path) -> Non
     assert type(result.best_estimator).__name__ == "Ridge"
     assert result.best is not None
     assert 0.0 < result.best.mean < 1.0  # R², not accuracy over 200 "classes"
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_grids_written_for_grid_search_cv_run_unchanged(tmp_path: Path) -> None:
+    """Tuples (hidden_layer_sizes), numpy arrays of values and estimators as a pipeline
+    step's values: GridSearchCV's grids as they are, the same scores."""
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:300] / 16.0, y[:300]
+    mlp = MLPClassifier(max_iter=30, random_state=0)
+    mlp_grid = {"hidden_layer_sizes": [(8,), (16, 8)], "alpha": np.logspace(-4, -2, 2)}
+    pipe = Pipeline([("scale", StandardScaler()), ("model", SVC())])
+    pipe_grid = {"model": [SVC(C=1.0), SVC(C=10.0), LogisticRegression(max_iter=500)]}
+    result = paralela.compare(
+        {"mlp": (mlp, mlp_grid), "pipe": (pipe, pipe_grid)},
+        X, y, cv=3, workers=2, run_dir=tmp_path / "run", progress=False,
+    )  # fmt: skip
+    expected = []
+    for estimator, grid in ((mlp, mlp_grid), (pipe, pipe_grid)):
+        search = GridSearchCV(estimator, grid, cv=3, refit=False).fit(X, y)
+        expected += list(search.cv_results_["mean_test_score"])
+    assert [c.mean for c in result.candidates] == pytest.approx(expected, abs=1e-9)
+    # values Optuna cannot store go by their repr in the results
+    assert [c.params["hidden_layer_sizes"] for c in result.candidates[:4]] == [
+        "(8,)", "(16, 8)", "(8,)", "(16, 8)",
+    ]  # fmt: skip
+    assert result.candidates[4].params == {"model": "SVC()"}
+    assert result.best_estimator is not None
+    best = result.best
+    assert best is not None
+    if best.family == "pipe":  # refit with the value itself, not its label
+        assert not isinstance(result.best_estimator.get_params()["model"], str)
+    else:
+        assert isinstance(result.best_estimator.hidden_layer_sizes, tuple)

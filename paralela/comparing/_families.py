@@ -30,7 +30,7 @@ import inspect
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from paralela.errors import ConfigError
@@ -47,6 +47,7 @@ from paralela.sweeping._space import (
 __all__ = ["ALIASES", "DEFAULT_SEED", "Family", "families_from", "resolve_estimator"]
 
 DEFAULT_SEED = 0  # random_state given to estimators that take one and were left unseeded
+_SCALARS = (type(None), bool, int, float, str)  # grid values Optuna stores as they are
 
 # alias -> (classifier, regressor); None where the alias has no such estimator
 ALIASES: dict[str, tuple[str | None, str | None]] = {
@@ -113,8 +114,11 @@ class _Maker:
     target: Any
     kind: str
     seed: int
+    # Grid values Optuna cannot store (tuples, estimators): param -> {label: value}.
+    values: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __call__(self, params: dict[str, Any]) -> Any:
+        params = {k: _decoded(self.values.get(k), v) for k, v in params.items()}
         # A parameter inside a nested choice comes as "rbf.gamma": the estimator's is "gamma".
         params = {_leaf(k): v for k, v in params.items()}
         if self.kind == "clone":
@@ -133,6 +137,34 @@ class _Maker:
             )
         _seed(estimator, params, self.seed)
         return estimator
+
+
+def _decoded(labels: Mapping[str, Any] | None, value: Any) -> Any:
+    if labels is None or not isinstance(value, str):
+        return value
+    return labels.get(value, value)
+
+
+def _grid_axis(name: str, values: Sequence[Any]) -> tuple[Grid, dict[str, Any]]:
+    """One axis of a scikit-learn grid. Values Optuna can store (numbers, strings,
+    booleans, None) stay as they are; any other (``(64,)`` for ``hidden_layer_sizes``,
+    an estimator for a pipeline step) goes by its ``repr`` as a label, turned back into
+    the value itself when the estimator is built."""
+    labels: dict[str, Any] = {}
+    shown: list[Any] = []
+    taken = {v for v in values if isinstance(v, str)}
+    for value in values:
+        if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+            value = value.item()  # np.int64(3), np.float32(0.1): the number
+        if isinstance(value, _SCALARS):
+            shown.append(value)
+            continue
+        label = repr(value)
+        while label in taken or label in labels:
+            label += "'"  # a string value spelt like the repr: keep them apart
+        labels[label] = value
+        shown.append(label)
+    return Grid(name, tuple(shown)), labels
 
 
 def _leaf(name: str) -> str:
@@ -228,13 +260,14 @@ def _import(spec: str, who: str) -> Any:
 # -- the space of one family ---------------------------------------------------------
 
 
-def _grid_space(family: str, grid: Any) -> Space:
+def _grid_space(family: str, grid: Any) -> tuple[Space, dict[str, dict[str, Any]]]:
     """A scikit-learn param grid (``{param: [values]}``, lists are grid axes) or
-    space-file entries (``{C: {type: float, ...}}``), or a Space."""
+    space-file entries (``{C: {type: float, ...}}``), or a Space; and the labels of grid
+    values that go by their ``repr`` (:func:`_grid_axis`)."""
     if grid is None:
-        return Space(())
+        return Space(()), {}
     if isinstance(grid, Space):
-        return grid
+        return grid, {}
     if not isinstance(grid, Mapping):
         kind = "a list of grids" if isinstance(grid, (list, tuple)) else type(grid).__name__
         raise ConfigError(
@@ -243,15 +276,18 @@ def _grid_space(family: str, grid: Any) -> Space:
             "several grids of one estimator, give each its own family name."
         )
     params: list[Param] = []
+    labels: dict[str, dict[str, Any]] = {}
     for name, values in grid.items():
         try:
-            if isinstance(values, (list, tuple)):
-                params.append(Grid(name, tuple(values)))
+            if isinstance(values, (list, tuple)) or hasattr(values, "tolist"):
+                # a list, or an array (np.logspace(-3, 3, 7)) as GridSearchCV takes it
+                axis, labels[name] = _grid_axis(name, list(values))
+                params.append(axis)
             else:
                 params.extend(space_from_dict({name: values}, source=f"family {family!r}").params)
         except ConfigError as exc:
             raise ConfigError(f"Family {family!r}: {exc}") from None
-    return Space(tuple(params))
+    return Space(tuple(params)), {k: v for k, v in labels.items() if v}
 
 
 def _branch_space(option: Any) -> Space:
@@ -312,7 +348,13 @@ def _param_keys(estimator: Any) -> set[str] | None:
         return set(get_params())
 
 
-def _family(name: object, target: Any, space: Space, seed: int) -> Family:
+def _family(
+    name: object,
+    target: Any,
+    space: Space,
+    seed: int,
+    values: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Family:
     if not isinstance(name, str) or not _FAMILY_NAME.fullmatch(name):
         raise ConfigError(
             f"Family name {name!r} is not valid: it prefixes parameter names "
@@ -351,7 +393,7 @@ def _family(name: object, target: Any, space: Space, seed: int) -> Family:
                     f"Family {name!r}: {_describe(target)} has no parameter {leaf!r}.{hint} "
                     f"Its parameters are: {', '.join(sorted(accepted)) or '(none)'}."
                 )
-    return Family(name, _Maker(name, target, kind, seed), space)
+    return Family(name, _Maker(name, target, kind, seed, dict(values or {})), space)
 
 
 def _try_default(factory: Any, family: str) -> Any:
@@ -403,7 +445,8 @@ def _from_estimators(
             target, grid = value
         if isinstance(target, str):
             target = resolve_estimator(target, classification=classification, family=str(name))
-        families.append(_family(name, target, _grid_space(str(name), grid), seed))
+        space, values = _grid_space(str(name), grid)
+        families.append(_family(name, target, space, seed, values))
     return families
 
 
