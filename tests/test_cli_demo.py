@@ -186,7 +186,7 @@ def test_demo_rejects_zero_items_as_usage_error() -> None:
     assert "--items" in result.output
 
 
-def test_demo_without_the_sweep_step(tmp_path: Path) -> None:
+def test_demo_with_only_the_map_step(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
             sys.executable,
@@ -196,6 +196,8 @@ def test_demo_without_the_sweep_step(tmp_path: Path) -> None:
             "--items",
             "8",
             "--trials",
+            "0",
+            "--folds",
             "0",
             "--ranks",
             "0",
@@ -212,6 +214,7 @@ def test_demo_without_the_sweep_step(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "Results equal: yes" in proc.stdout
     assert "Hyperparameter sweep" not in proc.stdout
+    assert "Model comparison" not in proc.stdout
     assert "Data-parallel training" not in proc.stdout
     assert "Batch prediction" not in proc.stdout
     assert "Serving" not in proc.stdout
