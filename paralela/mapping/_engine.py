@@ -431,6 +431,7 @@ def _run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
         except BaseException as exc:
             raise _chunk_error(chunk, exc) from exc
 
+    pending: BaseException | None = None  # what the run raises, if anything
     try:
         fill()
         while inflight or ready:
@@ -467,6 +468,9 @@ def _run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
         if failures:
             failures.sort(key=lambda e: e.index if e.index is not None else -1)
             raise MapError(failures, [], summary)
+    except BaseException as exc:
+        pending = exc
+        raise
     finally:
         if inflight:  # stopped early: nothing more starts, running chunks are stopped
             backend.cancel(list(inflight))
@@ -474,4 +478,9 @@ def _run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
         plan.progress.close()
         summary.finish(time.perf_counter() - t0)
         if plan.store is not None:
-            plan.store.write_summary(summary.to_dict())
+            try:
+                plan.store.write_summary(summary.to_dict())
+            except OSError as exc:  # a full disk: say so, but not instead of the run's error
+                if pending is None:
+                    raise
+                add_note(pending, f"paralela: the run's summary could not be written: {exc}")
