@@ -353,3 +353,26 @@ def test_a_sweep_that_fails_in_its_job_raises_with_its_reason(
     message = str(caught.value)
     assert message.startswith("The sweep in Slurm job ")
     assert "failed" in message  # the sweep's own reason, from the job's output
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(SLURM_TEST_TIMEOUT)
+def test_an_optuna_objective_is_packed_without_a_space(slurm_cluster: str, tmp_path: Path) -> None:
+    """Optuna's scikit-learn example, as published, as the whole sweep of one job."""
+    example = Path(__file__).parent / "optuna_examples" / "sklearn_simple.py"
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    proc = subprocess.run(
+        [PYTHON, "-m", "paralela", "sweep", "--backend", "slurm", "--gpus-per-node", "1",
+         "--cpus-per-task", "2", "--slurm-partition", slurm_cluster, "--timeout-min", "5",
+         "--function", f"{example}:objective", "--direction", "maximize", "--trials", "4",
+         "--seed", "0", "--run-dir", "run", "--no-plots", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    trials = json.loads(proc.stdout)["trials"]
+    assert [t["state"] for t in trials] == ["COMPLETE"] * 4
+    for trial in trials:
+        own = "svc_c" if trial["params"]["classifier"] == "SVC" else "rf_max_depth"
+        assert set(trial["params"]) == {"classifier", own}
+        assert 0.0 < trial["values"][0] <= 1.0
+    assert "submitted Slurm job " in proc.stderr
