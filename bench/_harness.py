@@ -264,3 +264,15 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def write_results(
+    out: str | os.PathLike[str], sections: list[str], total: float, log: Callable[[str], None]
+) -> None:
+    """Write a benchmark's markdown ``sections`` to ``out`` (its table under
+    ``bench/results/``), ending with the run's whole wall time ``total`` in seconds."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = [*sections, f"_Total benchmark wall time: {total:.0f} s._"]
+    path.write_text("\n\n".join(body) + "\n")
+    log(f"wrote {path} ({total:.0f} s)")

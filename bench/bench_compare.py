@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _compare_grid import FOLDS, FULL, QUICK, key, n_candidates  # bench/ is on sys.path
-from _harness import BENCH_DIR, child_env, machine_lines, md_table, sig
+from _harness import BENCH_DIR, child_env, machine_lines, md_table, sig, write_results
 from bench_sweep import run_monitored, wait_quiet
 
 RESULTS = BENCH_DIR / "results" / "compare.md"
@@ -459,12 +459,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "## Checks\n\n" + "\n".join(f"- {c}" for c in checks),
         "## Targets (issue 16)\n\n" + "\n".join(targets(by_name, ref)),
         "## Notes per row\n\n" + notes(rows),
-        f"_Total benchmark wall time: {total:.0f} s._",
     ]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n\n".join(sections) + "\n")
-    log(f"wrote {out} ({total:.0f} s)")
+    write_results(args.out, sections, total, log)
     return 0
 
 

@@ -46,6 +46,7 @@ from _harness import (  # bench/ is not a package: found through sys.path
     run_child,
     sig,
     time_reps,
+    write_results,
 )
 
 WORKERS = 2
@@ -1070,12 +1071,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 body += ["", ratios_abc(rows)]
             intro = _INTRO[w].format(loops=_work.BURN_LOOPS)
             sections.append(f"## {_TITLES[w]}\n\n{intro}\n\n" + "\n".join(body))
-    total = time.perf_counter() - t_start
-    sections.append(f"_Total benchmark wall time: {total:.0f} s._")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n\n".join(sections) + "\n")
-    log(f"wrote {out} ({total:.0f} s)")
+    write_results(args.out, sections, time.perf_counter() - t_start, log)
     return 0
 
 

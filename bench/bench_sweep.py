@@ -53,6 +53,7 @@ from _harness import (  # bench/ is not a package: found through sys.path
     md_table,
     run_child,
     sig,
+    write_results,
 )
 
 WORKERS = 2
@@ -1245,12 +1246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             body = table(rows, not args.quick, versions, mode["ray_budget"])
             head = headline(rows)
             sections.append(f"## {title}\n\n{body}" + (f"\n\n{head}" if head else ""))
-    total = time.perf_counter() - t_start
-    sections.append(f"_Total benchmark wall time: {total:.0f} s._")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n\n".join(sections) + "\n")
-    log(f"wrote {out} ({total:.0f} s)")
+    write_results(args.out, sections, time.perf_counter() - t_start, log)
     return 0
 
 
