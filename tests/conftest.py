@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from disk_helpers import small_disk  # noqa: F401  (a small real tmpfs)
 from spark_helpers import spark_cluster, spark_sessions  # noqa: F401  (Spark fixtures)
 
 from paralela.backends._processes import ProcessBackend

@@ -6,6 +6,7 @@ import errno
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,13 @@ def fill(path: Path) -> None:
         while True:
             f.write(bytes(65536))
     assert info.value.errno == errno.ENOSPC
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MiB tmpfs at ``tmp_path / "disk"``, unmounted after the test (skipped
+    where this process may not mount one). Offered to every test by conftest."""
+    disk = tmp_path / "disk"
+    mount_tmpfs(disk, "size=2m")
+    yield disk
+    unmount(disk)

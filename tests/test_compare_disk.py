@@ -6,13 +6,12 @@ a logged (candidate, fold) pair. A real small tmpfs (CI runs as root).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from compare_engine_helpers import FITS_VARIABLE, CountingKNN, fits
-from disk_helpers import fill, mount_tmpfs, unmount
+from disk_helpers import fill
 from sklearn.datasets import load_wine
 
 import paralela
@@ -23,14 +22,6 @@ pytestmark = pytest.mark.timeout(120)
 
 KS = [1, 3, 5, 7, 9, 11]
 FOLDS = 3
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
-    mount_tmpfs(disk, "size=2m")
-    yield disk
-    unmount(disk)
 
 
 def _families() -> dict[str, Any]:

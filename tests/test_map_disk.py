@@ -5,23 +5,13 @@ note on it). A real small tmpfs (CI runs as root)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from disk_helpers import mount_tmpfs, unmount
 
 import paralela
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
-    mount_tmpfs(disk, "size=1m")
-    yield disk
-    unmount(disk)
 
 
 def fills_the_disk_then_fails(directory: str) -> None:

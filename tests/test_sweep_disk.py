@@ -9,7 +9,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,14 +34,6 @@ if x > 0.5:
         pass
 paralela.report(x)
 """
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
-    mount_tmpfs(disk, "size=2m")
-    yield disk
-    unmount(disk)
 
 
 def sweep_cli(
