@@ -65,9 +65,10 @@ def run_compare_demo(
     folds: int = DEFAULT_FOLDS, workers: int | None = None, *, run_dir: Path
 ) -> CompareDemoResult:
     """Compare the demo's families on digits with ``folds``-fold cross-validation."""
-    from paralela.demos._sweep_demo import _require_extras
+    from paralela.demos._sweep_demo import require_extras
 
-    _require_extras()
+    # scikit-learn's models and folds, the space's classes; no torch, unlike the sweep
+    require_extras((("sklearn", "examples"), ("optuna", "sweep")), "The compare demo")
     from sklearn.base import clone
     from sklearn.datasets import load_digits
     from sklearn.model_selection import StratifiedKFold, cross_val_score

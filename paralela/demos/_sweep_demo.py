@@ -31,16 +31,17 @@ def digits_trial(params: dict[str, Any]) -> float:
     return train(params, report=paralela.report)
 
 
-def _require_extras() -> None:
-    """Fail before the sweep starts when what the trials need is missing."""
+def require_extras(needs: tuple[tuple[str, str], ...], purpose: str) -> None:
+    """Fail before a step starts when a module it needs (``(module, extra)`` pairs) is
+    missing, naming the extra that installs it."""
     import importlib.util
 
     from paralela.errors import MissingExtraError
 
-    for module, extra in (("torch", "torch"), ("sklearn", "examples"), ("optuna", "sweep")):
+    for module, extra in needs:
         if importlib.util.find_spec(module) is None:
             name = "scikit-learn" if module == "sklearn" else module
-            raise MissingExtraError(name, extra, "The sweep demo")
+            raise MissingExtraError(name, extra, purpose)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,9 @@ def run_sweep_demo(
     """
     import paralela
 
-    _require_extras()
+    require_extras(
+        (("torch", "torch"), ("sklearn", "examples"), ("optuna", "sweep")), "The sweep demo"
+    )
     directory = run_dir or Path(tempfile.mkdtemp(prefix="paralela-demo-sweep-"))
     result = paralela.sweep(
         digits_trial,
