@@ -52,13 +52,50 @@ _SETTINGS: contextvars.ContextVar[Settings] = contextvars.ContextVar(
     default=Settings(),  # noqa: B039  (frozen, so sharing it is safe)
 )
 
-# name -> (environment variable, parser)
+_YES = ("1", "true", "yes", "on")
+_NO = ("0", "false", "no", "off")
+
+
+def _flag(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _YES or value in _NO:
+        return value in _YES
+    raise ValueError(", ".join((*_YES, *_NO)))
+
+
+def _whole(raw: str, least: int, what: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = least - 1
+    if value < least:
+        more = "at least 1" if least == 1 else f"{least} or more"
+        raise ValueError(f"a whole number of {what}, {more}")
+    return value
+
+
+def _backend(raw: str) -> str:
+    from paralela.backends import available_backends  # lazily: backends import this module
+
+    names = available_backends()
+    if raw.strip() not in names:
+        raise ValueError(", ".join(names))
+    return raw.strip()
+
+
+def _start_method(raw: str) -> str:
+    if raw.strip() != "spawn":
+        raise ValueError("spawn (workers always start as fresh interpreters; fork is not offered)")
+    return "spawn"
+
+
+# name -> (environment variable, parser: the value, or ValueError(the values allowed))
 _ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "backend": ("PARALELA_BACKEND", str),
-    "workers": ("PARALELA_WORKERS", int),
-    "progress": ("PARALELA_PROGRESS", lambda v: v.strip().lower() in {"1", "true", "yes", "on"}),
-    "retries": ("PARALELA_RETRIES", int),
-    "start_method": ("PARALELA_START_METHOD", str),
+    "backend": ("PARALELA_BACKEND", _backend),
+    "workers": ("PARALELA_WORKERS", lambda raw: _whole(raw, 1, "workers")),
+    "progress": ("PARALELA_PROGRESS", _flag),
+    "retries": ("PARALELA_RETRIES", lambda raw: _whole(raw, 0, "retries")),
+    "start_method": ("PARALELA_START_METHOD", _start_method),
 }
 
 
@@ -109,8 +146,9 @@ def resolve(name: str, value: Any, default: T) -> Any:
     if raw is not None and raw != "":
         try:
             return parse(raw)
-        except ValueError:
+        except ValueError as exc:
             raise ConfigError(
-                f"Environment variable {var}={raw!r} is not valid for {name!r}; fix or unset it."
+                f"Environment variable {var}={raw!r} is not understood (it sets {name!r}); "
+                f"allowed: {exc}. Fix or unset it."
             ) from None
     return default

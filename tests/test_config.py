@@ -90,7 +90,7 @@ def test_bad_environment_value_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch, var: str, name: str
 ) -> None:
     monkeypatch.setenv(var, "many")
-    with pytest.raises(ConfigError, match=rf"{var}='many' is not valid for '{name}'; fix or unset"):
+    with pytest.raises(ConfigError, match=rf"{var}='many' is not understood \(it sets '{name}'\)"):
         resolve(name, UNSET, None)
 
 
@@ -104,7 +104,7 @@ def test_bad_environment_value_fails_map_before_work(monkeypatch: pytest.MonkeyP
 
 def test_negative_retries_from_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARALELA_RETRIES", "-1")
-    with pytest.raises(ConfigError, match="retries must be a non-negative integer, got -1"):
+    with pytest.raises(ConfigError, match="PARALELA_RETRIES='-1' is not understood"):
         paralela.map(abs, range(3), backend="sequential")
 
 
@@ -140,7 +140,7 @@ def test_unknown_backend_from_environment_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("PARALELA_BACKEND", "gpu-cluster")
-    with pytest.raises(ConfigError, match="Unknown backend 'gpu-cluster'; valid backends are:"):
+    with pytest.raises(ConfigError, match="PARALELA_BACKEND='gpu-cluster' is not understood"):
         paralela.map(abs, [1])
 
 
@@ -148,3 +148,42 @@ def test_unset_is_falsy_and_reads_well() -> None:
     assert not UNSET
     assert repr(UNSET) == "UNSET"
     assert paralela.UNSET is UNSET
+
+
+@pytest.mark.parametrize(
+    ("var", "name", "raw", "allowed"),
+    [
+        ("PARALELA_PROGRESS", "progress", "maybe", "1, true, yes, on, 0, false, no, off"),
+        ("PARALELA_WORKERS", "workers", "0", "a whole number of workers, at least 1"),
+        ("PARALELA_WORKERS", "workers", "2.5", "a whole number of workers, at least 1"),
+        ("PARALELA_RETRIES", "retries", "-1", "a whole number of retries, 0 or more"),
+        ("PARALELA_BACKEND", "backend", "gpu-cluster", "processes, sequential, slurm, threads"),
+        ("PARALELA_START_METHOD", "start_method", "fork", "spawn"),
+    ],
+)
+def test_a_value_not_understood_names_the_variable_and_the_values_allowed(
+    monkeypatch: pytest.MonkeyPatch, var: str, name: str, raw: str, allowed: str
+) -> None:
+    monkeypatch.setenv(var, raw)
+    with pytest.raises(ConfigError) as info:
+        resolve(name, UNSET, None)
+    message = str(info.value)
+    assert f"{var}={raw!r} is not understood" in message
+    assert allowed in message
+    assert "unset it" in message
+
+
+def test_progress_off_values_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for raw in ("off", "FALSE", " 0 "):
+        monkeypatch.setenv("PARALELA_PROGRESS", raw)
+        assert resolve("progress", UNSET, None) is False
+
+
+def test_a_map_with_a_progress_value_not_understood_fails_before_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+    monkeypatch.setenv("PARALELA_PROGRESS", "sometimes")
+    with pytest.raises(ConfigError, match="PARALELA_PROGRESS='sometimes' is not understood"):
+        paralela.map(calls.append, range(3), backend="sequential")
+    assert calls == []
