@@ -5,6 +5,7 @@ Every error says what happened, what is allowed, and what to do::
     ParalelaError
     ├── ConfigError (ValueError)        bad option or input, raised before work starts
     │   └── UnpicklableError            a function or argument cannot travel to a worker
+    │                                   (also a pickle.PicklingError, as with Pool)
     ├── TaskError                       the user's function raised an exception that
     │                                   cannot be re-raised as itself (see TaskError)
     ├── MapError                        on_error="collect": every TaskError of a run
@@ -31,6 +32,7 @@ that raises them, as ``SweepError`` in ``paralela.sweeping``, ``ScalingError`` i
 
 from __future__ import annotations
 
+import pickle
 import signal
 from collections.abc import Sequence
 from typing import Any
@@ -64,8 +66,9 @@ class ConfigError(ParalelaError, ValueError):
     """An option or an input is not valid; raised before any work starts where possible."""
 
 
-class UnpicklableError(ConfigError):
-    """A function, argument or item cannot be serialised to reach a worker."""
+class UnpicklableError(ConfigError, pickle.PicklingError):
+    """A function, argument or item cannot be serialised to reach a worker. Also a
+    ``pickle.PicklingError``, so code written for ``multiprocessing.Pool`` catches it."""
 
 
 class TaskError(ParalelaError):

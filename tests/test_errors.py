@@ -147,3 +147,14 @@ def test_worker_died_and_map_errors_pickle_round_trip() -> None:
     assert collected.results == [0, None]
     assert collected.failures[0].index == 1
     assert str(collected) == str(MapError([failure], [0, None]))
+
+
+def test_unpicklable_error_is_caught_as_pickle_picklingerror() -> None:
+    """Code written for multiprocessing.Pool catches pickle.PicklingError."""
+    import threading
+
+    import paralela
+
+    assert issubclass(UnpicklableError, pickle.PicklingError)
+    with pytest.raises(pickle.PicklingError, match="cannot be sent to a worker process"):
+        paralela.map(abs, [threading.Lock()], backend="processes", workers=1)
