@@ -55,3 +55,12 @@ def megabyte(i: int) -> Any:
 def sleep_forever(x: Any) -> Any:
     time.sleep(3600)
     return x
+
+
+def die_on_10(x: int) -> int:
+    """Kills its own worker process on element 10 (as an out-of-memory kill would)."""
+    if x == 10:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x

@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from paralela.data import Pipeline
-from tests.data_helpers import cpu_work, fail_on_7, megabyte, pid_of, slow_io, square
+from paralela.errors import WorkerDiedError
+from tests.data_helpers import cpu_work, die_on_10, fail_on_7, megabyte, pid_of, slow_io, square
 
 ROOT = Path(__file__).parent.parent
 
@@ -39,6 +40,22 @@ def test_an_error_is_the_users_own_with_its_stage_and_position(kind: str) -> Non
     assert "in stage map(fail_on_7), on its element 7" in " ".join(error.__notes__)
     if kind == "process":  # the worker's traceback, as the cause
         assert "fail_on_7" in str(error.__cause__)
+
+
+def test_a_dead_process_worker_is_blamed_on_its_element_and_nothing_before_is_lost() -> None:
+    # Elements go to a process in chunks (up to 64 of fast ones): the chunk whose worker
+    # died is run again one element at a time, so the element that kills its worker is
+    # the one named, and every element before it is delivered.
+    pipeline = Pipeline.from_iterable(range(40)).map(die_on_10, kind="process", workers=1)
+    seen: list[int] = []
+    with pytest.raises(WorkerDiedError, match="killed by SIGKILL") as caught:
+        seen.extend(pipeline)
+    assert seen == list(range(10))
+    error = caught.value
+    assert error.paralela_position == 10  # type: ignore[attr-defined]
+    assert error.indices == [10]
+    assert "in stage map(die_on_10), on its element 10" in " ".join(error.__notes__)
+    assert "retries=" not in str(error)  # a pipeline's map has no retries= to raise
 
 
 def test_an_error_in_a_filter_or_interleave_names_its_stage() -> None:

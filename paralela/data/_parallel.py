@@ -14,7 +14,11 @@ processes, ``interleave`` over several sources at once, and ``prefetch``.
 
 Errors are the user's own exceptions, re-raised in the consumer with a note naming the
 stage and the element's position (counted from 0 at the stage's input) and, from a
-process, the remote traceback as ``__cause__``.
+process, the remote traceback as ``__cause__``. A process that dies (killed, out of
+memory, a crash in C) while it runs a chunk of elements: the chunk is run again one
+element at a time (as ``map``'s engine does with items at fault), so that the elements
+before the one that kills its worker are delivered and the
+:class:`~paralela.errors.WorkerDiedError` names that element.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 from paralela.data._stats import StageStats
 from paralela.data._tuner import Tuner
-from paralela.errors import add_note
+from paralela.errors import WorkerDiedError, add_note, describe_exit
 
 __all__ = ["DaemonPool", "Interleave", "Map", "Prefetch", "Stage", "timed_chunk"]
 
@@ -198,10 +202,11 @@ class Map(Stage):
             stats.set_workers(workers)
         elif not stats.history:  # a repeat's rebuild keeps what was tuned
             stats.set_workers(1)
-        # (position of the chunk's first element, its future)
-        self.window: collections.deque[tuple[int, Future[Any]]] = collections.deque()
+        # (position of the chunk's first element, its elements, its future)
+        self.window: collections.deque[tuple[int, list[Any], Future[Any]]] = collections.deque()
         self.ready: collections.deque[Any] = collections.deque()  # a chunk's results
         self.failure: BaseException | None = None  # raised once `ready` is drained
+        self.rerun: set[int] = set()  # positions run again alone after a worker died
         self.chunk = 1
         self.closed = False
         self.done_elements = 0  # elements whose busy time is measured
@@ -241,12 +246,12 @@ class Map(Stage):
                     break
                 elements.append(element)
             if elements:
-                self.window.append((self.position, self._submit(elements)))
+                self.window.append((self.position, elements, self._submit(elements)))
                 self.position += len(elements)
             if error is not None:
                 upstream_failed: Future[Any] = Future()
                 upstream_failed.set_exception(error)
-                self.window.append((-1, upstream_failed))
+                self.window.append((-1, [], upstream_failed))
                 self.exhausted = True
 
     def __next__(self) -> Any:
@@ -257,7 +262,7 @@ class Map(Stage):
             raise failure
         if self.tuned is not None:
             before = self.stats.workers
-            after = self.tuner.tick(self.tuned, sum(f.done() for _, f in self.window))
+            after = self.tuner.tick(self.tuned, sum(f.done() for _, _, f in self.window))
             if after != before:
                 if self.backend is not None:
                     self.backend.grow(after)
@@ -267,20 +272,28 @@ class Map(Stage):
         if not self.window:
             raise StopIteration
         started = time.perf_counter()
-        waiting = [self.window[0][1]] if self.deterministic else [f for _, f in self.window]
+        waiting = [self.window[0][2]] if self.deterministic else [f for _, _, f in self.window]
         while not wait(waiting, timeout=0.1, return_when=FIRST_COMPLETED).done:
             if self.closed:  # closed by the consumer while a prefetch thread waits here
                 raise StopIteration
         if self.deterministic:
-            position, future = self.window.popleft()
+            position, elements, future = self.window.popleft()
         else:
-            index = next(i for i, (_, f) in enumerate(self.window) if f.done())
-            position, future = self.window[index]
+            index = next(i for i, (_, _, f) in enumerate(self.window) if f.done())
+            position, elements, future = self.window[index]
             del self.window[index]
         self.stats.wait_seconds += time.perf_counter() - started
-        self.stats.queue = sum(f.done() for _, f in self.window)
+        self.stats.queue = sum(f.done() for _, _, f in self.window)
         try:
             results, cpu, wall, failure = future.result()
+        except WorkerDiedError as died:
+            if len(elements) > 1:  # which element killed it? Each alone, in its place
+                singles = [(position + i, [e], self._submit([e])) for i, e in enumerate(elements)]
+                self.window.extendleft(reversed(singles))
+                self.rerun.update(range(position, position + len(elements)))
+                return next(self)
+            error = _died_on(died, self.stats.name, position, position in self.rerun)
+            raise failed(error, self.stats, position) from None
         except BaseException as exc:
             if position < 0:  # an upstream stage's error, named there
                 raise
@@ -310,7 +323,7 @@ class Map(Stage):
 
     def close(self) -> None:
         self.closed = True
-        for _, future in self.window:
+        for _, _, future in self.window:
             future.cancel()
         self.window.clear()
         if self.backend is not None:
@@ -319,6 +332,21 @@ class Map(Stage):
         if self.pool is not None:
             self.pool.shutdown()
         super().close()
+
+
+def _died_on(died: WorkerDiedError, stage: str, position: int, rerun: bool) -> WorkerDiedError:
+    """The error of an element that killed its worker when it ran alone (``rerun``: a
+    second time, after its chunk's worker died)."""
+    error = WorkerDiedError(died.exitcode, indices=[position], attempts=1 + rerun, pid=died.pid)
+    who = f"A worker (pid {died.pid})" if died.pid is not None else "A worker"
+    again = ", run alone after its chunk's worker died too" if rerun else ""
+    error.args = (
+        f"{who} died while running element {position} of stage {stage}{again}: "
+        f"{describe_exit(died.exitcode)}. If it ran out of "
+        "memory, use fewer workers or smaller elements; else see what the function does "
+        "with this element (a crash in compiled code, os._exit, a signal).",
+    )
+    return error
 
 
 def feed(elements: Iterable[Any], into: queue.Queue[Any], stop: threading.Event) -> None:
