@@ -249,6 +249,36 @@ def test_keys_equal_under_eq_are_one_key(tmp_path: Path) -> None:
     }
 
 
+def _nan_as_text(key: Any) -> str:
+    """``repr(key)``, any NaN in it written nan (which form reached the reducer varies)."""
+    if isinstance(key, tuple):
+        return "(" + ", ".join(map(_nan_as_text, key)) + ")"
+    return "nan" if key != key else repr(key)
+
+
+def test_nan_keys_are_one_key(tmp_path: Path) -> None:
+    """Every NaN is one key, as Spark groups NaN: float NaNs of other objects and bit
+    patterns (the sign, numpy's), a Decimal NaN, and the same within tuples; from
+    different map tasks, through spills and the merge, with and without a combiner."""
+    import numpy as np
+
+    nans: list[Any] = [float("nan"), -float("nan"), np.float64("nan"), Decimal("NaN")]
+    nans += [float("nan") for _ in range(40)]  # distinct objects, each pickled apart
+    tasks = [
+        [(nan, 1) for nan in nans[:20]] + [(("x", nan), 1) for nan in nans[:20]],
+        [(nan, 1) for nan in nans[20:]] + [(("x", nan), 1) for nan in nans[20:]] + [(1.5, 1)],
+    ]
+    for combiner in (None, _sum):
+        by_partition, _ = _shuffle(
+            tasks, tmp_path, partitions=5, combiner=combiner, memory_limit=512
+        )
+        result = _reduce_all(by_partition)
+        assert sorted(map(_nan_as_text, result)) == ["('x', nan)", "1.5", "nan"], combiner
+        assert sorted(result.values()) == [1, len(nans), len(nans)]
+    assert len({canonical(nan) for nan in nans}) == 1
+    assert len({partition_of(nan, 1000) for nan in nans}) == 1
+
+
 def test_order_is_total_over_mixed_types() -> None:
     keys: list[Any] = ["b", 3, None, b"z", ("a",), (1, 2), 2.5, float("inf"), "a", frozenset({3})]
     ordered = sorted(keys, key=order)

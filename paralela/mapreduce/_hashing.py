@@ -27,8 +27,10 @@ and Spark's ``reduceByKey``: ``1``, ``1.0`` and ``True`` land in one partition, 
 together and reach the reducer as one key (reported as whichever form the merge met
 first). The one exception is "anything else": two equal objects whose pickles differ
 (a class whose ``__eq__`` ignores some attributes) may reach the reducer as two keys;
-give such keys a tuple or string form. ``float('nan')`` never equals itself, so each NaN
-is a key of its own.
+give such keys a tuple or string form. Every NaN (``float('nan')``, ``-nan``,
+``numpy.nan``, ``Decimal('NaN')``, alone or inside a tuple) is one key, as Spark groups
+NaN, although NaN never equals itself: every NaN has the same canonical bytes and the
+same :func:`order`, and the merge joins keys of one order (:func:`same_key`).
 
 :func:`order` maps a key to a value that compares with the order of any other key:
 ``None`` < numbers < NaN < ``str`` < ``bytes`` < tuples (element by element) <
@@ -47,12 +49,13 @@ import zlib
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["canonical", "order", "partition_of"]
+__all__ = ["canonical", "order", "partition_of", "same_key"]
 
 _crc32 = zlib.crc32
 _REAL = (numbers.Real, decimal.Decimal)  # Decimal is not registered as Real
 _NONE_ORDER = (0,)
 _NAN_ORDER = (2,)
+_NAN_BYTES = b"f" + struct.pack("<d", math.nan)  # every NaN, whatever its sign and payload
 
 
 def partition_of(key: Any, partitions: int) -> int:
@@ -100,12 +103,21 @@ def canonical(key: Any) -> bytes:
 
 def _canonical_real(key: Any) -> bytes:
     value = float(key)
+    if value != value:
+        return _NAN_BYTES
     if math.isfinite(value) and key == int(key):
         return b"i%d" % int(key)
     if value == key or not math.isfinite(value):
         return b"f" + struct.pack("<d", value)
     exact = Fraction(key)  # Decimal, Fraction: the exact ratio
     return b"q%d/%d" % (exact.numerator, exact.denominator)
+
+
+def same_key(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are one key: equal under ``==``, or of the same
+    :func:`order` form (every NaN, alone or inside a tuple, as Spark groups NaN). Called
+    where the merge meets a new key, never per value."""
+    return bool(a == b) or order(a) == order(b)
 
 
 def order(key: Any) -> Any:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import operator
 import os
 import pickle
 from collections import deque
@@ -234,24 +235,31 @@ class Merged:
     def groups(self) -> Iterator[tuple[Any, Iterator[Any]]]:
         """``(key, values)`` per distinct key; ``values`` streams the key's values and is
         valid until the next group is asked for (what is left unread is skipped)."""
+        from paralela.mapreduce._hashing import same_key
+
         entries = self.entries
+        same = operator.eq if self.str_only else same_key
         following: list[Any] = [_END]
         entry = next(entries, _END)
         while entry is not _END:
             key = entry[0]
-            values = _values(key, entry[1], entries, following)
+            values = _values(key, entry[1], entries, following, same)
             yield key, values
             deque(values, maxlen=0)  # skip what the caller left unread
             entry = following[0]
 
 
 def _values(
-    key: Any, first: list[Any], entries: Iterator[tuple[Any, list[Any]]], following: list[Any]
+    key: Any,
+    first: list[Any],
+    entries: Iterator[tuple[Any, list[Any]]],
+    following: list[Any],
+    same: Callable[[Any, Any], bool],
 ) -> Iterator[Any]:
     """The values of ``key``; leaves the next key's first entry in ``following[0]``."""
     yield from first
     for entry in entries:
-        if entry[0] == key:
+        if entry[0] is key or same(entry[0], key):
             yield from entry[1]
         else:
             following[0] = entry
