@@ -68,4 +68,36 @@ def test_an_http_exception_of_decode_request_keeps_its_status() -> None:
         assert refused.status_code == 400
         assert refused.json() == {"error": "input must be >= 0"}
         assert _post(server.url, {"input": 9}).json() == {"output": 3.0}
-        assert _post(server.url, {"wrong": 9}).status_code == 500
+        broken = _post(server.url, {"wrong": 9})
+        assert broken.status_code == 500
+        assert "Picky.decode_request raised KeyError" in broken.json()["error"], broken.json()
+
+
+# LitServe's tests/unit/test_pydantic.py, on a real paralela server: decode_request takes
+# the validated model, and a body that does not fit it is a 422 before any worker sees it.
+
+
+def test_pydantic() -> None:
+    with serving("serve_litapi_pydantic:SimpleLitAPI", "--workers", "1") as server:
+        response = _post(server.url, {"input": 4.0})
+        assert response.json() == {"output": 16.0}
+        for body in ({"input": "four"}, {}, [4.0]):
+            refused = _post(server.url, body)
+            assert refused.status_code == 422, (body, refused.text)
+            assert refused.json()["detail"][0]["loc"][0] == "body"
+        schema = httpx.get(f"{server.url}/openapi.json").json()
+        assert {"PredictRequest", "PredictResponse"} <= set(schema["components"]["schemas"])
+
+
+def test_swagger_request_body_without_decode_request_annotation() -> None:
+    """LitServe issue 667: with no annotation, /docs still offers a JSON request body."""
+    from paralela.serving._serve_app import ServeOptions, build_app
+    from paralela.serving._serve_batcher import Batcher
+    from paralela.serving._serve_metrics import Metrics
+    from tests.serve_litapi_pydantic import NoAnnotationLitAPI
+
+    app = build_app(NoAnnotationLitAPI, None, Batcher(1, 0, 1), Metrics(),  # type: ignore[arg-type]
+                    ServeOptions(1.0, None, 1024))  # fmt: skip
+    predict_post = app.app.openapi()["paths"]["/predict"]["post"]
+    assert "requestBody" in predict_post, "Swagger must expose a requestBody for /predict"
+    assert "application/json" in predict_post["requestBody"]["content"]

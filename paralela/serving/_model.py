@@ -122,7 +122,7 @@ class LoadedModel:
             if setup is not None:
                 setup(device)
             if is_litapi(cls):
-                self.instance = LitApiAdapter(self.instance)
+                self.instance = LitApiAdapter(self.instance, self.name)
         except Exception as exc:
             raise ModelError(
                 f"{self.name} failed to set up on {device}: {type(exc).__name__}: {exc}"
@@ -137,6 +137,8 @@ class LoadedModel:
         """
         try:
             outputs = self.instance.predict(list(batch))
+        except ModelError as exc:  # a LitAPI's method, named: the batch's size added
+            raise ModelError(f"{exc} (on a batch of {len(batch)})") from exc.__cause__
         except Exception as exc:
             raise ModelError(
                 f"{self.name}.predict raised {type(exc).__name__}: {exc} (on a batch of "

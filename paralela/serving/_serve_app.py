@@ -32,7 +32,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from paralela.serving._litapi import is_litapi
+from paralela.serving._litapi import is_litapi, request_model, response_model
 from paralela.serving._model import model_name
 from paralela.serving._serve_batcher import Batcher, QueueFull
 from paralela.serving._serve_metrics import CONTENT_TYPE, Metrics
@@ -142,13 +142,24 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
             return _json(400, {"error": f"the body is not JSON text (UTF-8): {exc}"})
         return await answer([body], False, True)
 
+    async def predict_litapi_typed(body: Any) -> Response:
+        """A LitAPI whose ``decode_request`` takes a pydantic model: the body validated
+        against it (422 otherwise), as LitServe does."""
+        return await answer([body.model_dump()], False, True)  # validated again by the worker
+
     @app.exception_handler(400)
     async def unreadable(request: Any, exc: Any) -> Response:  # FastAPI's "error parsing"
         return _json(400, {"error": "the body is not JSON text (UTF-8): "
                                     f"{getattr(exc, 'detail', exc)}"})  # fmt: skip
 
-    if is_litapi(model):
-        app.post("/predict", responses=responses)(predict_litapi)
+    if is_litapi(model) and request_model(model) is not None:
+        predict_litapi_typed.__annotations__["body"] = request_model(model)
+        app.post("/predict", responses=responses,
+                 response_model=response_model(model))(predict_litapi_typed)  # fmt: skip
+    elif is_litapi(model):  # any JSON body, shown as such in /docs (as LitServe's issue 667)
+        body_doc = {"content": {"application/json": {"schema": {}}}, "required": True}
+        app.post("/predict", responses=responses, response_model=response_model(model),
+                 openapi_extra={"requestBody": body_doc})(predict_litapi)  # fmt: skip
     else:
         # The body's model is made at run time: given to FastAPI as the real annotation.
         predict.__annotations__["body"] = _request_model(model)
