@@ -323,6 +323,29 @@ def test_bad_estimators_are_refused_before_any_task(tmp_path: Path) -> None:
     assert not (tmp_path / "a" / "folds.jsonl").exists()
 
 
+def test_a_target_with_one_class_is_refused_before_any_fit(tmp_path: Path) -> None:
+    """Today a forest scored "1.0000 ± 0" on it and a best.pkl was written."""
+    X, _ = load_wine(return_X_y=True)
+    families = {"tree": DecisionTreeClassifier(), "knn": KNeighborsClassifier()}
+    with pytest.raises(ConfigError, match=r"y has one class \(2\) in all 178 rows") as caught:
+        paralela.compare(families, X, np.full(len(X), 2), cv=3, run_dir=tmp_path / "r")
+    assert "at least two classes" in str(caught.value)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_missing_target_is_refused_naming_its_rows(tmp_path: Path) -> None:
+    X, y = load_wine(return_X_y=True)
+    labels = np.array([str(v) for v in y], dtype=object)
+    labels[[4, 9]] = [None, float("nan")]
+    with pytest.raises(ConfigError, match=r"y is missing \(None or NaN\) at rows 4 and 9"):
+        paralela.compare({"knn": KNeighborsClassifier()}, X, labels, run_dir=tmp_path / "r")
+    numbers = y.astype(float)
+    numbers[7] = np.nan
+    with pytest.raises(ConfigError, match=r"at row 7\b"):
+        paralela.compare({"knn": KNeighborsClassifier()}, X, numbers, run_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_run_dir_of_another_comparison_is_refused(tmp_path: Path) -> None:
     X, y = load_wine(return_X_y=True)
     families = {"knn": (KNeighborsClassifier(), {"n_neighbors": [1, 3]})}

@@ -172,6 +172,19 @@ def test_bad_data_exits_2(workdir: Path, monkeypatch: Any) -> None:
     assert "--task regression needs a numeric target" in result.output
 
 
+def test_a_target_with_one_class_or_a_missing_one_exits_2(workdir: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(workdir)
+    (workdir / "one.csv").write_text("a,label\n1,cat\n2,cat\n3,cat\n4,cat\n")
+    result = invoke("compare", "space.yaml", "--data", "one.csv", "--target", "label", "-d", "r")
+    assert result.exit_code == 2, result.output
+    assert "y has one class ('cat') in all 4 rows" in result.output
+    assert not (workdir / "r").exists()  # no fit, no best.pkl
+    (workdir / "gaps.csv").write_text("a,label\n1,cat\n2,\n3,dog\n4,NaN\n")
+    result = invoke("compare", "space.yaml", "--data", "gaps.csv", "--target", "label")
+    assert result.exit_code == 2, result.output
+    assert "lines 3 and 5: the target 'label' is missing (empty, 'NaN')" in result.output
+
+
 def test_a_classifier_alias_on_a_regression_target_exits_2(workdir: Path, monkeypatch: Any) -> None:
     monkeypatch.chdir(workdir)
     (workdir / "logreg.yaml").write_text("model: {type: choice, options: {logreg: }}\n")

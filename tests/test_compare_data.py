@@ -111,13 +111,37 @@ def test_not_utf8_names_the_byte(tmp_path: Path) -> None:
         ("a,a,label\n1,2,3\n", r"column 'a' appears twice"),
         ("a,,label\n1,2,3\n", r"column 2 has no name"),
         ("a,label\n1,\n", r"line 2: the target 'label' is empty"),
-        ("a,label\n1,NA\n", r"line 2: the target 'label' is 'NA'"),
+        ("a,label\n1,NA\n", r"line 2: the target 'label' is 'NA', a missing value"),
+        ("a,label\n1,inf\n", r"line 2: the target 'label' is 'inf'; give a finite number"),
         ('a,label\n"1,0\n', r"line 2: .*quote"),
     ],
 )
 def test_bad_tables(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_table(write(tmp_path, text), "label")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # text labels: an empty or NaN cell after the first label was the class ''
+        (
+            "x,label\n1,cat\n2,\n3,dog\n4, NaN \n5,cat\n",
+            r"lines 3 and 5: the target 'label' is missing \(empty, 'NaN'\)",
+        ),
+        # numbers: every missing cell is named, not only the first
+        (
+            "x,label\n1,0\n2,1\n3,\n4,1\n5,\n6,nan\n7,\n8,\n9,\n10,0\n",
+            r"lines 4, 6, 7, 8, 9 and 1 more: the target 'label' is missing",
+        ),
+    ],
+)
+def test_a_missing_target_is_refused_naming_its_lines(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_table(write(tmp_path, text), "label")
+    assert "drop those rows" in str(caught.value)
 
 
 def test_missing_file_and_directory(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from paralela.comparing._checks import (
     check_budget,
     check_families,
     check_samples,
+    check_target,
     families_given,
     grid_mode,
     make_folds,
@@ -99,7 +100,8 @@ def compare(
         candidate completed (every one failed or was stopped).
 
     Raises:
-        ConfigError: bad families or estimators (no ``fit``), bad scoring, cv, budget,
+        ConfigError: bad families or estimators (no ``fit``), a target missing in some
+            rows or with one class (one value) in all of them, bad scoring, cv, budget,
             sampler or pruner, a run directory holding another comparison; before any
             task runs.
         KeyboardInterrupt: Ctrl-C (or SIGTERM): the tasks running are stopped; what
@@ -109,9 +111,10 @@ def compare(
     folds are stopped); the others go on. A fold whose worker died runs once more.
     """
     t0 = time.time()
-    families = families_given(estimators_or_space, y, seed)
     check_samples(X, y)
+    families = families_given(estimators_or_space, y, seed)
     estimators = check_families(families, scoring)
+    check_target(y, estimators)
     score_name = scoring_name(scoring)
     folds = make_folds(cv, X, y, families, estimators)
     grid = grid_mode(families, sampler)

@@ -16,6 +16,7 @@ __all__ = [
     "check_budget",
     "check_families",
     "check_samples",
+    "check_target",
     "families_given",
     "first_candidate",
     "grid_mode",
@@ -24,6 +25,7 @@ __all__ = [
     "scoring_name",
 ]
 
+SHOWN_ROWS = 5  # rows named when several targets are missing
 # The median pruner's settings for folds: a candidate is compared with the complete
 # ones from its first fold on (folds are few; waiting a step would cost a whole fold),
 # once this many candidates are complete.
@@ -91,6 +93,63 @@ def check_samples(X: Any, y: Any) -> int:
     if n != m:
         raise ConfigError(f"X has {n} rows but y has {m} values; give one target per row.")
     return int(n)
+
+
+def check_target(y: Any, estimators: Sequence[Any]) -> None:
+    """A target with a value in every row and at least two distinct ones (1-D ``y``;
+    a 2-D, multi-output target is left to the estimators)."""
+    import numpy as np
+    from sklearn.base import is_classifier
+
+    values = np.asarray(y)  # None or pandas.NA among the values: an object array
+    if values.ndim != 1:
+        return
+    if values.dtype.kind in "fc":
+        missing = [int(i) for i in np.flatnonzero(np.isnan(values))]
+    elif values.dtype.kind == "O":
+        missing = [i for i, v in enumerate(values) if _is_missing(v)]
+    else:  # whole numbers, booleans, strings: nothing can be missing
+        missing = []
+    if missing:
+        rows = [str(i) for i in missing[:SHOWN_ROWS]]
+        if len(missing) > SHOWN_ROWS:
+            rows.append(f"{len(missing) - SHOWN_ROWS} more")
+        where = rows[0] if len(rows) == 1 else f"{', '.join(rows[:-1])} and {rows[-1]}"
+        raise ConfigError(
+            f"y is missing (None or NaN) at row{'s' if len(missing) > 1 else ''} {where} "
+            "(positions from 0): every row needs a class or a value to learn from. Drop "
+            "those rows from X and y, or fill them in."
+        )
+    if not len(values):
+        return
+    first = values[0]
+    if values.dtype.kind == "O":
+        one = not any(v != first for v in values)
+    else:
+        one = bool(np.all(values == first))
+    if one:
+        what = "one class" if any(is_classifier(e) for e in estimators) else "one value"
+        raise ConfigError(
+            f"y has {what} ({_plain(first)!r}) in all {len(values)} rows: there is nothing to "
+            "learn, and every candidate would score the same. A comparison needs at least "
+            "two classes (or, for regression, two distinct values); check that y is the "
+            "column you meant."
+        )
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (np.int64(2) -> 2), for messages."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN, of any float type
+    except (TypeError, ValueError):  # pandas.NA: its comparison is NA, which has no truth
+        return True
 
 
 def check_families(families: Sequence[Family], scoring: Any) -> list[Any]:

@@ -5,6 +5,7 @@
     data.csv ──bytes──> UTF-8 text (else: the byte offset and line of the first bad byte)
              ──csv────> header + rows (a row of another length: its line)
              ──target─> y: numbers (int64 when every value is whole) or the text labels
+                        (a missing one, empty or NA/NaN: refused, naming the lines)
              ──rest───> X: float64, empty cells and NA/NaN/null as NaN; text: its column and line
 
 The task follows the target (:func:`is_classification`): text or true/false labels, or
@@ -34,6 +35,7 @@ __all__ = ["MAX_CLASSES", "MISSING", "is_classification", "load_table"]
 # digit, a rating, a category code); more values read as a count or a measure.
 MAX_CLASSES = 20
 MISSING = frozenset({"", "na", "n/a", "nan", "null", "none"})  # lower-cased cells read as NaN
+SHOWN_LINES = 5  # lines named when several rows have no target
 
 
 def _text(path: Path) -> str:
@@ -169,30 +171,43 @@ def load_table(
 
 
 def _target(cells: list[tuple[int, str]], name: str, path: Path) -> np.ndarray[Any, Any]:
+    missing = [(line, cell.strip()) for line, cell in cells if cell.strip().lower() in MISSING]
+    if missing:
+        raise ConfigError(_missing_target(missing, name, path))
     values: list[float] = []
-    text = False
     for line, cell in cells:
-        if not cell.strip():
-            raise ConfigError(
-                f"{path}, line {line}: the target {name!r} is empty; every row needs one "
-                "(drop the rows without it)."
-            )
         value = _number(cell)
-        if value is None:
-            text = True
-            break
+        if value is None:  # a text label: every value is a label
+            return np.array([cell.strip() for _, cell in cells], dtype=str)
         if not math.isfinite(value):
             raise ConfigError(
                 f"{path}, line {line}: the target {name!r} is {cell.strip()!r}; give a "
                 "finite number or a label (drop the rows without one)."
             )
         values.append(value)
-    if text:
-        return np.array([cell.strip() for _, cell in cells], dtype=str)
     y = np.array(values, dtype=np.float64)
     if np.all(y == np.round(y)) and np.all(np.abs(y) < 2**53):
         return y.astype(np.int64)
     return y
+
+
+def _missing_target(missing: list[tuple[int, str]], name: str, path: Path) -> str:
+    """Every row whose target is missing (an empty cell, NA, NaN...): the first
+    :data:`SHOWN_LINES` lines, and how many more."""
+    lines = [str(line) for line, _ in missing[:SHOWN_LINES]]
+    if len(missing) > SHOWN_LINES:
+        lines.append(f"{len(missing) - SHOWN_LINES} more")
+    where = lines[0] if len(lines) == 1 else f"{', '.join(lines[:-1])} and {lines[-1]}"
+    spelt = list(dict.fromkeys("empty" if not cell else repr(cell) for _, cell in missing))
+    if len(missing) == 1:
+        what = "empty" if not missing[0][1] else f"{spelt[0]}, a missing value"
+        head = f"{path}, line {where}: the target {name!r} is {what}"
+    else:
+        head = f"{path}, lines {where}: the target {name!r} is missing ({', '.join(spelt)})"
+    return (
+        f"{head}; every row needs a class or a value to learn from: drop those rows, or "
+        "fill them in (NA, N/A, NaN, null and None read as missing: rename a class spelt so)."
+    )
 
 
 def is_classification(y: np.ndarray[Any, Any]) -> bool:
