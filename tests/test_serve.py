@@ -194,6 +194,15 @@ def test_an_output_json_cannot_hold_is_500_naming_why(echo: Server) -> None:
     assert "JSON" in answer.json()["error"]
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_or_infinity_in_a_request_is_422_not_a_model_error(echo: Server, constant: str) -> None:
+    answer = httpx.post(f"{echo.url}/predict", content=f'{{"input": [1, {constant}]}}',
+                        headers={"content-type": "application/json"})  # fmt: skip
+    assert answer.status_code == 422, answer.text
+    assert constant in str(answer.json()["detail"])
+    assert "JSON" in str(answer.json()["detail"])
+
+
 def test_docs_and_openapi_schema(echo: Server) -> None:
     assert httpx.get(f"{echo.url}/docs").status_code == 200
     schema = httpx.get(f"{echo.url}/openapi.json").json()
@@ -294,6 +303,19 @@ def test_the_other_workers_serve_while_one_restarts() -> None:
         assert {a.json()["output"]["pid"] for a in answers} != {victim}
 
 
+def test_health_is_degraded_while_a_worker_is_past_the_timeout() -> None:
+    with serving("serve_helpers:Echo", "--workers", "1", "--timeout", "0.5") as server:
+        assert _post(server, {"input": {"sleep": 3}}).status_code == 504
+        health = httpx.get(f"{server.url}/health")  # the only worker still holds the batch
+        assert health.status_code == 200
+        assert health.json() == {"status": "degraded", "workers": 1, "ready": 0}
+        deadline = time.monotonic() + 30
+        while (health := httpx.get(f"{server.url}/health")).json()["status"] != "ready":
+            assert time.monotonic() < deadline, health.json()
+            time.sleep(0.05)
+        assert _post(server, {"input": 1}).status_code == 200
+
+
 def test_health_is_not_ready_before_setup_ends() -> None:
     port = free_port()
     server = start("serve_helpers:Echo", "--workers", "1", env={"SERVE_SETUP_S": "3"}, port=port)
@@ -328,6 +350,9 @@ def test_the_token_is_required_when_configured(tmp_path: Any) -> None:
         assert wrong.headers["www-authenticate"] == "Bearer"
         good = _post(server, {"input": 1}, headers={"Authorization": "Bearer s3cret-token"})
         assert good.status_code == 200
+        for scheme in ("bearer", "BEARER"):  # RFC 9110: the scheme is case-insensitive
+            auth = {"Authorization": f"{scheme} s3cret-token"}
+            assert _post(server, {"input": 1}, headers=auth).status_code == 200, scheme
         assert httpx.get(f"{server.url}/metrics").status_code == 401
         assert httpx.get(f"{server.url}/health").status_code == 200
 

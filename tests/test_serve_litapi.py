@@ -71,6 +71,9 @@ def test_an_http_exception_of_decode_request_keeps_its_status() -> None:
         broken = _post(server.url, {"wrong": 9})
         assert broken.status_code == 500
         assert "Picky.decode_request raised KeyError" in broken.json()["error"], broken.json()
+        nan = httpx.post(f"{server.url}/predict", content=b'{"input": NaN}',
+                         headers={"content-type": "application/json"})  # fmt: skip
+        assert nan.status_code == 422, nan.text
 
 
 # LitServe's tests/unit/test_pydantic.py, on a real paralela server: decode_request takes

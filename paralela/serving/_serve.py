@@ -130,7 +130,8 @@ def serve(
         server.should_exit = True
 
     pool = WorkerPool(model, worker_envs(slots), batcher, metrics,
-                      hang_timeout=timeout + 10, on_ready=ready, on_fatal=stop)  # fmt: skip
+                      hang_timeout=timeout + 10, stall_after=timeout, on_ready=ready,
+                      on_fatal=stop)  # fmt: skip
     app = build_app(model, pool, batcher, metrics, ServeOptions(timeout, token, max_body_bytes))
     config = uvicorn.Config(
         app,

@@ -10,7 +10,8 @@
                           503 + Retry-After queue full or worker died, 504 timed out,
                           500 the model failed on this input
                           (a LitServe LitAPI class: the whole body in, its whole answer out)
-          GET  /health    200 ready (or degraded: some workers restarting), 503 starting
+          GET  /health    200 ready (or degraded: some workers restarting or past the
+                          timeout on a batch), 503 starting or unavailable
           GET  /metrics   Prometheus text
           GET  /docs      OpenAPI docs, with the model's input_model/output_model schemas
 
@@ -22,15 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
+import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 
 from paralela.serving._litapi import is_litapi, request_model, response_model
 from paralela.serving._model import model_name
@@ -82,6 +86,7 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
         description=(model.__doc__ or "").strip(),
         lifespan=lifespan,
     )
+    app.router.route_class = StrictJSONRoute
 
     responses: dict[int | str, dict[str, Any]] = {
         413: {"description": "The body is larger than the server allows."},
@@ -138,6 +143,10 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
         from its ``encode_response``."""
         try:
             body = await request.json()
+        except json.JSONDecodeError as exc:  # as FastAPI words it for the other models
+            return _json(422, {"detail": [{"type": "json_invalid", "loc": ["body", exc.pos],
+                                           "msg": "JSON decode error",
+                                           "ctx": {"error": exc.msg}}]})  # fmt: skip
         except ValueError as exc:
             return _json(400, {"error": f"the body is not JSON text (UTF-8): {exc}"})
         return await answer([body], False, True)
@@ -168,7 +177,8 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
     @app.get("/health")
     async def health() -> Response:
         ready = pool.ready
-        status = "ready" if ready == pool.size else "degraded" if ready else "unavailable"
+        alive = ready or pool.stalled  # a stalled worker may still answer: not "unavailable"
+        status = "ready" if ready == pool.size else "degraded" if alive else "unavailable"
         if not pool.started:
             status = "starting"
         code = 200 if status in ("ready", "degraded") else 503
@@ -180,6 +190,44 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
         return Response(text, media_type=CONTENT_TYPE)
 
     return Guard(app, metrics, options)
+
+
+class StrictJSONRequest(Request):
+    """A request whose JSON body is read strictly: ``NaN``, ``Infinity`` and
+    ``-Infinity``, which RFC 8259 does not allow but Python's json reads, are a
+    ``JSONDecodeError`` (FastAPI's 422), not a float that the model gets."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            self._json = json.loads(body, parse_constant=functools.partial(_refuse, body))
+        return self._json
+
+
+def _refuse(body: bytes, constant: str) -> Any:
+    text = body.decode("utf-8", "replace")
+    # where the constant is, strings skipped (it may appear inside one)
+    pos = next((m.start(1) for m in _CONSTANTS.finditer(text) if m.group(1) == constant), 0)
+    raise json.JSONDecodeError(
+        f"{constant} is not JSON (RFC 8259 has no NaN or Infinity); send a finite number or null",
+        text,
+        pos,
+    )
+
+
+_CONSTANTS = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
+
+
+class StrictJSONRoute(APIRoute):
+    """FastAPI's route, with a :class:`StrictJSONRequest` for the endpoint."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(StrictJSONRequest(request.scope, request.receive, request._send))
+
+        return strict
 
 
 def _request_model(model: type) -> Any:
@@ -223,16 +271,18 @@ class Guard:
         self.app = app
         self.metrics = metrics
         self.max_body = options.max_body_bytes
-        self.expected = f"Bearer {options.token}".encode() if options.token else None
+        self.token = options.token.encode() if options.token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        if self.expected is not None and scope["path"] not in OPEN_PATHS:
-            given = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+        if self.token is not None and scope["path"] not in OPEN_PATHS:
+            # RFC 9110 11.1: the scheme is case-insensitive, one or more spaces follow it
+            scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+            matches = hmac.compare_digest(given.lstrip(b" "), self.token)
+            if not (matches and scheme.lower() == b"bearer"):
                 self.metrics.requests[401] += 1
                 await _send(send, 401, {"error": "a bearer token is required: send the header "
                                         "'Authorization: Bearer <token>'"},

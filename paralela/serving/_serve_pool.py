@@ -7,6 +7,8 @@ on the server's event loop.
                         │  loop: batch = await batcher.take()
                         │        send/receive on the worker's thread ──> answers to futures
                         │  the process died (EOF) ──> its batch fails at once (503), restart
+                        │  a batch past stall_after (its requests had their 504): not ready,
+                        │        /health "degraded", until it answers
                         │  no answer within hang_timeout ──> SIGKILL, batch fails (503), restart
                         └─ setup fails: at start, the server stops with the error; on a
                            restart, tried again (1, 2, 4 s) and given up after 3 in a row
@@ -106,6 +108,7 @@ class _Worker:
         self.ready = False
         self.idle = False  # waiting for a batch: a death then is noticed by its pidfd
         self.starting = False  # between the process's start and the end of its setup
+        self.busy_since: float | None = None  # the event loop's time its batch was sent
         self.device = "?"
 
     def start(self, model_bytes: bytes) -> None:
@@ -201,6 +204,8 @@ class WorkerPool:
         batcher: where the workers take their batches.
         metrics: counted into.
         hang_timeout: seconds a batch may take before its worker is killed as hung.
+        stall_after: seconds after which a worker still on its batch is no longer counted
+            ready (its requests have had their 504): the request timeout.
         on_ready: called once, when every worker has finished its first setup.
         on_fatal: called with a :class:`ModelError` when the server cannot serve: a setup
             failed at start, or every worker was given up.
@@ -214,6 +219,7 @@ class WorkerPool:
         metrics: Metrics,
         *,
         hang_timeout: float,
+        stall_after: float,
         on_ready: Callable[[], None],
         on_fatal: Callable[[ModelError], None],
     ) -> None:
@@ -225,6 +231,7 @@ class WorkerPool:
         self.batcher = batcher
         self.metrics = metrics
         self.hang_timeout = hang_timeout
+        self.stall_after = stall_after
         self._on_ready = on_ready
         self._on_fatal = on_fatal
         self._tasks: list[asyncio.Task[None]] = []
@@ -238,8 +245,18 @@ class WorkerPool:
 
     @property
     def ready(self) -> int:
-        """Workers that finished setup and take batches."""
-        return sum(w.ready for w in self.workers)
+        """Workers that finished setup and answer in time: not restarting, nor past
+        ``stall_after`` on a batch."""
+        return sum(w.ready for w in self.workers) - self.stalled
+
+    @property
+    def stalled(self) -> int:
+        """Workers set up but past ``stall_after`` on their batch (not yet killed as hung)."""
+        now = asyncio.get_running_loop().time()
+        return sum(
+            w.ready and w.busy_since is not None and now - w.busy_since > self.stall_after
+            for w in self.workers
+        )
 
     @property
     def started(self) -> bool:
@@ -311,7 +328,7 @@ class WorkerPool:
                 worker.idle = False
             self.metrics.batch_size.observe(len(batch))
             payload = pickle.dumps([item.value for item in batch], pickle.HIGHEST_PROTOCOL)
-            sent = loop.time()
+            sent = worker.busy_since = loop.time()
             call = worker.thread.run(worker.call, payload)
             try:
                 _, outputs = await asyncio.wait_for(asyncio.shield(call), self.hang_timeout)
@@ -333,6 +350,8 @@ class WorkerPool:
             except asyncio.CancelledError:  # the pool stops: the batch's requests are gone
                 _fail(batch, WorkerDied("the server is stopping"))
                 raise
+            finally:
+                worker.busy_since = None
             self.metrics.batch_seconds.observe(loop.time() - sent)
             self.metrics.inputs += len(batch)
             for item, output in zip(batch, outputs, strict=True):
