@@ -14,7 +14,7 @@ from paralela._version import __version__
 if TYPE_CHECKING:
     from paralela._config import UNSET, config
     from paralela.backends import Backend, Broadcast, Capabilities, available_backends, get_backend
-    from paralela.comparing import CompareResult, compare
+    from paralela.comparing import CompareError, CompareResult, compare
     from paralela.distributed import LaunchResult, launch
     from paralela.errors import (
         ConfigError,
@@ -139,6 +139,7 @@ _LAZY: dict[str, str] = {
     "RunStore": "paralela.runs",
     "compare": "paralela.comparing",
     "CompareResult": "paralela.comparing",
+    "CompareError": "paralela.comparing",
     "predict": "paralela.serving._predict",
     "PredictResult": "paralela.serving._predict",
     "serve": "paralela.serving._serve",
@@ -212,6 +213,7 @@ __all__ = [
     # model comparison (cross-validation of many estimators and grids)
     "compare",
     "CompareResult",
+    "CompareError",
     # distributed training (strategies in paralela.distributed)
     "launch",
     "LaunchResult",

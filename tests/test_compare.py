@@ -218,6 +218,22 @@ def test_a_fit_that_raises_fails_its_candidate_and_the_others_go_on(tmp_path: Pa
     assert board[-1] is failed  # failed candidates rank last
 
 
+def test_every_candidate_failing_raises_naming_the_first_failure(tmp_path: Path) -> None:
+    """Today compare returned best=None while the command line exited 1."""
+    X, y = load_wine(return_X_y=True)
+    families = {"exploding": (Exploding(), {"explode": [True]}), "also": Exploding(explode=True)}
+    with pytest.raises(paralela.CompareError, match=r"every candidate failed \(2 of 2\)") as caught:
+        paralela.compare(families, X, y, cv=2, workers=1, run_dir=tmp_path / "r")
+    message = str(caught.value)
+    assert 'The first, #0 exploding {"explode": true}: ValueError: boom' in message
+    assert str(tmp_path / "r" / "compare.json") in message
+    result = caught.value.result  # what ran, as compare would have returned it
+    assert [c.state for c in result.candidates] == ["FAIL", "FAIL"]
+    assert result.best is None
+    assert len(json.loads((tmp_path / "r" / "compare.json").read_text())["candidates"]) == 2
+    assert not (tmp_path / "r" / "best.pkl").exists()
+
+
 def test_results_files(tmp_path: Path) -> None:
     X, y = load_wine(return_X_y=True)
     run_dir = tmp_path / "r"

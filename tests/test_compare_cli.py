@@ -111,8 +111,10 @@ def test_every_candidate_failing_exits_1_with_the_error(workdir: Path) -> None:
         "--cv", "2", "--workers", "1", "--run-dir", "run", "--no-progress",
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
-    assert "no candidate completed (2 of 2 failed)" in proc.stderr
-    assert "ValueError: broken on purpose" in proc.stderr
+    assert "every candidate failed (2 of 2)" in proc.stderr
+    assert 'The first, #0 broken {"max_depth": 2}: ValueError: broken on purpose' in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (workdir / "run" / "compare.json").exists()
 
 
 @pytest.mark.parametrize(

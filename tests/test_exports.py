@@ -29,6 +29,7 @@ EXPORTED = {
     # model comparison
     "compare",
     "CompareResult",
+    "CompareError",
     # distributed training
     "launch",
     "LaunchResult",

@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from paralela.comparing._api import compare
-    from paralela.comparing._results import CandidateRecord, CompareResult
+    from paralela.comparing._results import CandidateRecord, CompareError, CompareResult
 
-__all__ = ["CandidateRecord", "CompareResult", "compare"]
+__all__ = ["CandidateRecord", "CompareError", "CompareResult", "compare"]
 
 _LAZY = {
     "compare": "paralela.comparing._api",
     "CompareResult": "paralela.comparing._results",
     "CandidateRecord": "paralela.comparing._results",
+    "CompareError": "paralela.comparing._results",
 }
 
 

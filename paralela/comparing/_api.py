@@ -24,7 +24,7 @@ from paralela.comparing._checks import (
     pruning,
     scoring_name,
 )
-from paralela.comparing._results import record_of, result_of
+from paralela.comparing._results import check_completed, record_of, result_of
 from paralela.comparing._store import comparison_identity, open_study
 from paralela.errors import add_note
 from paralela.sweeping._disk import storage_errors
@@ -96,14 +96,16 @@ def compare(
 
     Returns:
         A :class:`CompareResult`; the run directory holds ``compare.json``,
-        ``leaderboard.csv``, ``best.json`` and ``best.pkl``. ``best`` is ``None`` when no
-        candidate completed (every one failed or was stopped).
+        ``leaderboard.csv``, ``best.json`` and ``best.pkl``. ``best`` is ``None`` only
+        when no candidate ran (a ``time_budget`` spent before the first started).
 
     Raises:
         ConfigError: bad families or estimators (no ``fit``), a target missing in some
             rows or with one class (one value) in all of them, bad scoring, cv, budget,
             sampler or pruner, a run directory holding another comparison; before any
             task runs.
+        CompareError: candidates ran, and none completed (every one failed): names
+            how many and the first failure; its ``result`` is what was written.
         KeyboardInterrupt: Ctrl-C (or SIGTERM): the tasks running are stopped; what
             finished is in ``run_dir`` and a rerun with it goes on from there.
 
@@ -202,6 +204,7 @@ def compare(
             backend = None
             final = result(refit_best=refit)
             write_results(final)
+            check_completed(final)
             return final
         finally:
             log.close()

@@ -21,11 +21,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from paralela._files import atomic_write
 from paralela.comparing._store import jsonable
+from paralela.errors import ParalelaError
 
 if TYPE_CHECKING:
     from paralela.comparing._candidates import Candidate
 
-__all__ = ["CandidateRecord", "CompareResult", "record_of", "result_of", "write_results"]
+__all__ = [
+    "CandidateRecord",
+    "CompareError",
+    "CompareResult",
+    "check_completed",
+    "last_line",
+    "record_of",
+    "result_of",
+    "write_results",
+]
 
 State = Literal["COMPLETE", "PRUNED", "FAIL"]
 
@@ -114,6 +124,49 @@ class CompareResult:
             "slots": self.slots,
             "notes": list(self.notes),
         }
+
+
+class CompareError(ParalelaError):
+    """No candidate of a comparison completed: every one failed (or failed and the rest
+    were stopped). The message names how many failed and the first failure's error.
+
+    Attributes:
+        result: the :class:`CompareResult` written to the run directory (``best`` is
+            ``None``; each failed candidate's ``error`` says what happened).
+    """
+
+    def __init__(self, message: str, result: CompareResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def check_completed(result: CompareResult) -> None:
+    """Raise :class:`CompareError` when candidates ran, some failed and none completed."""
+    failed = [c for c in result.candidates if c.state == "FAIL"]
+    if result.best is not None or not failed:
+        return  # a best, or nothing failed (a time budget spent before any start)
+    total = len(result.candidates)
+    what = (
+        f"every candidate failed ({len(failed)} of {total})"
+        if len(failed) == total
+        else f"no candidate completed ({len(failed)} of {total} failed, the others stopped)"
+    )
+    first = min(failed, key=_number)
+    params = json.dumps(jsonable(first.params), sort_keys=True)
+    raise CompareError(
+        f"The comparison ended with no best model: {what}. The first, #{first.number} "
+        f"{first.family} {params}: {last_line(first.error)}\nEvery candidate's error is in "
+        f"{result.run_dir / 'compare.json'}. Fix the estimators or the data (fitting one "
+        "candidate by hand shows the whole traceback), then run again in a new run "
+        "directory: ended candidates are not run again in the same one.",
+        result,
+    )
+
+
+def last_line(text: str | None) -> str:
+    """The last line of an error (a traceback's is the exception), at most 300 chars."""
+    line = str(text or "").strip().splitlines()[-1:] or ["(no error recorded)"]
+    return line[0][:300]
 
 
 def _csv_number(value: float | None) -> str:
