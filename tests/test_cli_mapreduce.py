@@ -108,6 +108,24 @@ def test_a_mapper_error_is_one_paragraph_naming_file_line_and_record(workdir: Pa
     assert "'it goes boom here'" in proc.stderr
 
 
+def test_a_mapper_value_that_cannot_be_pickled_is_one_paragraph(workdir: Path) -> None:
+    """Naming the mapper, the record (file and line) and the key; no traceback."""
+    (workdir / "locks.py").write_text(
+        "import threading\n\n"
+        "def mapper(line):\n"
+        "    for word in line.split():\n"
+        "        yield word, threading.Lock() if word == 'dog' else 1\n\n"
+        "def reducer(word, counts):\n    return sum(counts)\n"
+    )
+    proc = paralela(workdir, "mapreduce", "locks.py", "--input", "corpus", "--workers", "2")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("Error: The mapper yielded the value <unlocked _thread.lock")
+    assert "for key 'dog', which cannot be pickled" in proc.stderr
+    assert "b.txt line 1, record 'the dog ate the cat'" in proc.stderr
+    assert len(proc.stderr.splitlines()) == 2, proc.stderr
+
+
 def test_a_reducer_error_is_exit_1_naming_the_key(workdir: Path) -> None:
     (workdir / "corpus" / "b.txt").write_text("explode here\n")
     proc = paralela(workdir, "mapreduce", "job.py", "--input", "corpus", "--workers", "2")

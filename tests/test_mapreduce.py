@@ -9,6 +9,7 @@ import json
 import random
 import re
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -377,6 +378,68 @@ def test_a_mapper_that_returns_none_for_a_record_is_named(tmp_path: Path) -> Non
     assert "returned something that is not an iterable of (key, value) pairs" in str(info.value)
     assert info.value.where is not None
     assert info.value.where.endswith("a.txt line 2")
+
+
+def lock_for_gamma(line: str) -> Iterator[tuple[str, Any]]:
+    for word in line.split():
+        yield word, (threading.Lock() if word == "gamma" else 1)
+
+
+def lock_as_key_for_gamma(line: str) -> Iterator[tuple[Any, int]]:
+    for word in line.split():
+        yield (threading.Lock() if word == "gamma" else word), 1
+
+
+def lock_combiner(key: str, values: Iterable[Any]) -> Any:
+    return threading.Lock() if key == "beta" else sum(values)
+
+
+@pytest.mark.parametrize("backend", ["processes", "sequential"])
+@pytest.mark.parametrize("memory_limit", ["64MiB", "32KiB"], ids=["at-close", "mid-split"])
+def test_a_mapper_value_that_cannot_be_pickled_names_the_mapper_record_and_key(
+    tmp_path: Path, backend: str, memory_limit: str
+) -> None:
+    """The shuffle pickles values when it spills, long after the mapper yielded them
+    (at the task's end, or at a spill 1,000 records later): the error still names the
+    mapper, the record that yielded the value (file and line) and the key."""
+    lines = ["alpha beta", "beta", "delta gamma", *(f"filler {i}" for i in range(2000))]
+    (tmp_path / "a.txt").write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserFunctionError) as info:
+        paralela.mapreduce(lock_for_gamma, total, str(tmp_path / "a.txt"), backend=backend,
+                           workers=2, memory_limit=memory_limit)  # fmt: skip
+    error = info.value
+    assert error.function == "mapper"
+    assert error.where is not None
+    assert error.where.endswith("a.txt line 3")
+    text = str(error)
+    assert "cannot be pickled" in text
+    assert "for key 'gamma'" in text
+    assert "record 'delta gamma'" in text
+    assert "TypeError: cannot pickle '_thread.lock' object" in text
+    assert isinstance(error.__cause__, TypeError)
+
+
+def test_a_mapper_key_that_cannot_be_pickled_names_the_record(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("alpha\nbeta gamma\n")
+    with pytest.raises(UserFunctionError) as info:
+        paralela.mapreduce(lock_as_key_for_gamma, total, str(tmp_path / "a.txt"), workers=2)
+    assert info.value.function == "mapper"
+    assert "the key <unlocked _thread.lock object" in str(info.value)
+    assert "cannot be pickled" in str(info.value)
+    assert "a.txt line 2, record 'beta gamma'" in str(info.value)
+
+
+def test_a_combiner_value_that_cannot_be_pickled_names_the_combiner_and_key(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a.txt").write_text("alpha beta\nbeta\n")
+    with pytest.raises(UserFunctionError) as info:
+        paralela.mapreduce(word_list, total, str(tmp_path / "a.txt"), combiner=lock_combiner,
+                           workers=2)  # fmt: skip
+    assert info.value.function == "combiner"
+    assert "The combiner returned" in str(info.value)
+    assert "for key 'beta'" in str(info.value)
+    assert "cannot be pickled" in str(info.value)
 
 
 def test_a_reducer_that_raises_names_the_key(tmp_path: Path) -> None:

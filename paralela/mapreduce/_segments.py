@@ -41,11 +41,13 @@ __all__ = [
     "MERGE_FACTOR",
     "RECORD_BYTES",
     "Merged",
+    "NotPicklable",
     "Segment",
     "SegmentWriter",
     "combine",
     "combiner_error",
     "merge_files",
+    "pickle_error",
     "read_segment",
     "remove",
     "short",
@@ -93,6 +95,54 @@ def combiner_error(exc: Exception, key: Any) -> UserFunctionError:
     )
 
 
+class NotPicklable(MapReduceError):
+    """A key or value of the shuffle cannot be pickled into a spill file. Raised and
+    caught inside a map task (which finds the record that yielded it, see
+    ``_tasks.unpicklable_error``); pickles as text only, its ``key`` dropped.
+
+    Attributes:
+        key: the key (``None`` once pickled); ``key_repr``, ``value_repr`` their reprs.
+        part: ``"key"`` or ``"value"``, the one that cannot be pickled.
+    """
+
+    def __init__(self, key: Any, key_repr: str, value_repr: str, part: str) -> None:
+        super().__init__(f"the {part} for key {key_repr} cannot be pickled ({value_repr})")
+        self.key = key
+        self.key_repr = key_repr
+        self.value_repr = value_repr
+        self.part = part
+
+    def __reduce__(self) -> Any:
+        return (NotPicklable, (None, self.key_repr, self.value_repr, self.part))
+
+
+def pickle_error(obj: Any) -> Exception | None:
+    """Why ``obj`` cannot be pickled as the shuffle pickles it, or None when it can."""
+    try:
+        pickle.dumps(obj, protocol=_PROTOCOL)
+    except Exception as exc:  # TypeError, PicklingError, AttributeError (local classes)...
+        return exc
+    return None
+
+
+def not_picklable(entries: Sequence[tuple[Any, list[Any]]]) -> NotPicklable | None:
+    """The :class:`NotPicklable` for the first key or value of ``entries`` that does not
+    pickle, its cause that key's or value's error; None when each pickles."""
+    for key, values in entries:
+        why = pickle_error(key)
+        if why is not None:
+            error = NotPicklable(key, short(key), short(key), "key")
+            error.__cause__ = why
+            return error
+        for value in values:
+            why = pickle_error(value)
+            if why is not None:
+                error = NotPicklable(key, short(key), short(value), "value")
+                error.__cause__ = why
+                return error
+    return None
+
+
 class SegmentWriter:
     """Writes one segment at the current position of ``f``: a header, then entries given
     in key order, batched into records. ``values`` counts the values written."""
@@ -138,7 +188,13 @@ class SegmentWriter:
                 self._weight += n + 1
 
     def _flush(self) -> None:
-        data = pickle.dumps(self._record, protocol=_PROTOCOL)
+        try:
+            data = pickle.dumps(self._record, protocol=_PROTOCOL)
+        except Exception:
+            error = not_picklable(self._record)  # a key or value that does not pickle
+            if error is None:
+                raise
+            raise error from error.__cause__
         self._f.write(data)
         if len(data) > RECORD_BYTES:  # values are large: fewer per record from now on
             self.record_values = max(1, self.record_values * RECORD_BYTES // len(data))

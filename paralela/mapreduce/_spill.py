@@ -36,6 +36,7 @@ from paralela.mapreduce._segments import (
     SegmentWriter,
     combiner_error,
     merge_files,
+    not_picklable,
     remove,
     short,
 )
@@ -290,8 +291,14 @@ class MapOutput:
             for key, h in zip(buf, map(_crc32, _encoded(buf)), strict=True):
                 keys_of[h % parts].append(key)
         else:
-            for key in buf:
-                keys_of[partition_of(key, parts)].append(key)
+            try:
+                for key in buf:
+                    keys_of[partition_of(key, parts)].append(key)
+            except Exception:
+                error = not_picklable([(k, []) for k in buf])  # a key that does not pickle
+                if error is None:
+                    raise
+                raise error from error.__cause__
         if self._combiner is not None:
             _combine_lists(self._combiner, buf)
         path = self._directory / f"{self._name}-spill-{self.stats.spills:04d}"

@@ -31,6 +31,7 @@ from typing import Any
 from paralela.errors import InputError, MapReduceError, UserFunctionError
 from paralela.mapping._task import short_repr
 from paralela.mapreduce._output import Part, write_part
+from paralela.mapreduce._segments import NotPicklable
 
 __all__ = [
     "MapJob",
@@ -39,6 +40,9 @@ __all__ = [
     "ReduceTask",
     "ReduceTaskResult",
     "TaskFailed",
+    "batch_blocks",
+    "describe",
+    "gathered",
     "reraise",
     "run_map_task",
     "run_reduce_task",
@@ -190,18 +194,22 @@ def run_map_task(job: MapJob, task: Any) -> MapTaskResult:
         name=f"map-{splits[0].index:06d}-{token}",
     )
     map_split = _map_batched if job.batched else _map_split
-    records = sum(map_split(job, split, out) for split in splits)
     try:
+        records = sum(map_split(job, split, out) for split in splits)
         segments = out.close()
+    except NotPicklable as exc:  # found at a spill, maybe long after the mapper yielded it
+        from paralela.mapreduce._pickling import unpicklable_error
+
+        raise _failed(unpicklable_error(job, splits, exc), exc.__cause__) from None
     except Exception as exc:  # the last spill: a combiner that raises, a full disk
-        error = _map_failure(exc, job, splits[-1], -1, None, _describe(splits))
+        error = _map_failure(exc, job, splits[-1], -1, None, describe(splits))
         if error is exc:
             raise
         raise error from error.__cause__
     return _result(splits, out, segments, records, started)
 
 
-def _describe(splits: tuple[Any, ...]) -> str:
+def describe(splits: tuple[Any, ...]) -> str:
     """What a map task covers: its split, or its first split and how many more."""
     if len(splits) == 1:
         return str(splits[0].describe())
@@ -239,6 +247,8 @@ def _map_split(job: MapJob, split: Any, out: Any) -> int:
             reading = True
     except InputError as exc:
         raise _failed(exc, exc.__cause__) from None
+    except NotPicklable:
+        raise  # run_map_task finds the record
     except Exception as exc:
         if reading:  # an error of the reader that is not an InputError (a bug)
             raise
@@ -292,7 +302,7 @@ def batch_blocks(memory_limit: int) -> int:
     return max(1, min(MAX_BATCH_BYTES, memory_limit // BATCH_SHARE) // BLOCK_BYTES)
 
 
-def _gathered(batches: Iterator[list[Any]], fmt: str, blocks: int) -> Iterator[list[Any]]:
+def gathered(batches: Iterator[list[Any]], fmt: str, blocks: int) -> Iterator[list[Any]]:
     """``batches`` joined ``blocks`` at a time for formats read in blocks."""
     if fmt not in _BLOCK_FORMATS or blocks <= 1:
         yield from batches
@@ -316,7 +326,7 @@ def _map_batched(job: MapJob, split: Any, out: Any) -> int:
     batch: list[Any] = []
     try:
         blocks = batch_blocks(job.memory_limit)
-        for batch in _gathered(read_split_batches(split), split.format, blocks):
+        for batch in gathered(read_split_batches(split), split.format, blocks):
             pairs = job.mapper(batch)
             if isinstance(pairs, Mapping):
                 out.add_mapping(pairs)
@@ -325,6 +335,8 @@ def _map_batched(job: MapJob, split: Any, out: Any) -> int:
             done += len(batch)
     except InputError as exc:
         raise _failed(exc, exc.__cause__) from None
+    except NotPicklable:
+        raise  # run_map_task finds the batch
     except Exception as exc:
         if isinstance(exc, UserFunctionError) and exc.function == "combiner":
             raise _failed(exc, exc.__cause__) from None
