@@ -9,7 +9,8 @@
       command trial:  process ── report lines, exit ─┤ events (one queue)
                                                      ▼
     main loop: start trials while budgets allow; on a report: record it, ask the pruner,
-    stop a pruned command (SIGTERM, then SIGKILL); on an end: study.tell(), free the slot
+    stop a pruned command's process group (SIGTERM, then SIGKILL); on an end:
+    study.tell(), free the slot
     python-script commands: each busy slot's next trial is taken ahead and its process
     started, held at a gate (``_gate``) until the slot frees
 
@@ -390,6 +391,20 @@ def run_trials(
 
     # Command trials run in sessions of their own; the reaper stops them if the driver dies.
     reaper = Reaper(grace_period) if objective is None else None
+    # Ended trials that the driver stopped (pruned, timed out, a NaN): what is left of
+    # their group (a child that ignores SIGTERM) is still being stopped, so the reaper
+    # keeps it until then.
+    ending: list[CommandTrial] = []
+
+    def let_go_of_stopped(*, wait: bool) -> None:
+        assert reaper is not None
+        for handle in list(ending):
+            if wait:
+                handle.wait_stopped()
+            if handle.stopped():
+                reaper.discard(handle.process.pid)
+                ending.remove(handle)
+
     try:
         while True:
             start_slots()
@@ -451,7 +466,11 @@ def run_trials(
                     handle, returncode = event[1], event[2]
                     assert reaper is not None
                     if isinstance(handle, CommandTrial):
-                        reaper.discard(handle.process.pid)
+                        if handle.stopping:  # its group may outlive it: listed until gone
+                            ending.append(handle)
+                        else:
+                            reaper.discard(handle.process.pid)
+                        let_go_of_stopped(wait=False)
                     else:
                         reaper.discard_job(handle.job_id)
                     ended = running.get(handle.spec.number)
@@ -472,6 +491,7 @@ def run_trials(
             )
     finally:
         if reaper is not None:  # stops the commands still running: SIGTERM, then SIGKILL
+            let_go_of_stopped(wait=True)  # (at most the grace period they have left)
             reaper.close()  # (and scancels the trials' jobs)
         if jobs is not None:
             jobs.close()

@@ -8,7 +8,8 @@
     command trial:  Popen(argv with {param} filled in, env = slot + trial variables,
                     own process group, output to the trial's log, a report pipe)
         reader thread: report lines -> events; end of pipe + exit code -> event
-        terminate(): SIGTERM to the group, SIGKILL after the grace period
+        terminate(): SIGTERM to the group, SIGKILL to what is left of it after the
+                     grace period, its leader gone or not (backends._groups, a thread)
     reaper:         one small process per sweep, told each command trial's group as it
                     starts and ends; when the driver dies (even by SIGKILL) its pipe
                     ends, and the reaper stops the groups left running
@@ -20,7 +21,6 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -32,6 +32,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
 
+from paralela.backends._groups import stop_group
 from paralela.errors import ConfigError
 from paralela.sweeping._context import (
     FunctionTrialContext,
@@ -325,6 +326,7 @@ class CommandTrial:
         self.failed: str | None = None  # why the driver stopped it (a NaN report)
         self._events = events
         self._gate: int | None = None
+        self._stopper: threading.Thread | None = None
         report_r, report_w = os.pipe()
         fds = [report_w]
         filled = [fill(arg, spec.params) for arg in argv]
@@ -393,21 +395,38 @@ class CommandTrial:
         self._events.put(("exit", self, self.process.wait()))
 
     def terminate(self, grace: float) -> None:
-        """SIGTERM to the trial's process group, SIGKILL if it is still there after ``grace``."""
-        self._signal(signal.SIGTERM)
-        timer = threading.Timer(grace, self._signal, args=(signal.SIGKILL,))
-        timer.daemon = True
-        timer.start()
+        """SIGTERM to the trial's process group, SIGKILL to what is left of it after
+        ``grace``: the whole group, even once the command itself has exited (a child
+        that ignores SIGTERM goes too). Runs in a thread; see :meth:`stopped`. A second
+        call does nothing."""
+        if self._stopper is not None:
+            return
+        self._stopper = threading.Thread(
+            target=stop_group,
+            args=(self.process.pid, grace),  # its own process group: pgid == pid
+            name=f"paralela-stop-trial-{self.spec.number}",
+            daemon=True,
+        )
+        self._stopper.start()
+
+    @property
+    def stopping(self) -> bool:
+        """:meth:`terminate` was called (its group may still be going)."""
+        return self._stopper is not None
+
+    def stopped(self) -> bool:
+        """No stop of its group is under way: it ended, SIGKILL included, or never began."""
+        return self._stopper is None or not self._stopper.is_alive()
+
+    def wait_stopped(self) -> None:
+        """Wait until :meth:`terminate` is done (``grace`` seconds at most)."""
+        if self._stopper is not None:
+            self._stopper.join()
 
     def describe_exit(self, returncode: int) -> str:
         """How the process ended: ``"the trial command ended with exit code 3"``."""
         how = f"exit code {returncode}" if returncode > 0 else f"signal {-returncode}"
         return f"the trial command ended with {how}"
-
-    def _signal(self, sig: int) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, sig)
 
 
 # The reaper: reads "+PGID" / "-PGID" (and "+jJOBID" / "-jJOBID" for trials that are
