@@ -73,7 +73,7 @@ def main() -> None:
         return source.shuffle(256, seed=epoch).batch(args.batch_size).prefetch(2)
 
     dataset = TorchIterable(epoch_pipeline)
-    # batch_size=None: the pipeline batches. The DataLoader turns numpy into tensors.
+    # batch_size=None: the pipeline batches (into tensors, with torch's default_collate).
     loader = DataLoader(dataset, batch_size=None, num_workers=args.loader_workers)
 
     torch.manual_seed(0)  # the same initial weights everywhere (DDP also syncs them)

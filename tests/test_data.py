@@ -108,7 +108,15 @@ def test_filter_shuffle_batch_take() -> None:
         .take(3)
     )
     first = list(pipeline)
-    assert first == list(pipeline), "a seeded shuffle gives the same order every run"
+    assert first != list(pipeline), "a new order every epoch"
+    rebuilt = (
+        Pipeline.from_iterable(range(100))
+        .filter(lambda x: x % 3 == 0)
+        .shuffle(10, seed=4)
+        .batch(8)
+        .take(3)
+    )
+    assert list(rebuilt) == first, "a seeded shuffle: the same orders in every program run"
     assert len(first) == 3
     assert all(len(batch) == 8 for batch in first)
     flat = [x for batch in first for x in batch]
@@ -117,6 +125,41 @@ def test_filter_shuffle_batch_take() -> None:
     everything = [x for b in Pipeline.from_iterable(range(100)).shuffle(10, seed=4).batch(7)
                   for x in b]  # fmt: skip
     assert sorted(everything) == list(range(100))
+
+
+def test_a_seeded_shuffle_draws_a_new_order_every_epoch_and_set_epoch_replays_one() -> None:
+    # docs/data.md's loop: one pipeline, iterated once per epoch. The same order every
+    # epoch would be a silent correctness bug for training.
+    pipeline = Pipeline.from_iterable(range(50)).shuffle(50, seed=0)
+    orders = [list(pipeline) for _ in range(3)]
+    assert len({tuple(order) for order in orders}) == 3
+    assert all(sorted(order) == list(range(50)) for order in orders)
+    resumed = Pipeline.from_iterable(range(50)).shuffle(50, seed=0)
+    resumed.set_epoch(2)  # a training resumed at epoch 2 sees epoch 2's order
+    assert list(resumed) == orders[2]
+    with pytest.raises(ConfigError, match="epoch must be an integer of at least 0"):
+        resumed.set_epoch(-1)
+
+
+def test_each_pass_of_a_repeat_is_shuffled_anew() -> None:
+    passes = list(Pipeline.from_iterable(range(20)).shuffle(20, seed=1).batch(20).repeat(2))
+    assert passes[0] != passes[1]
+    assert sorted(passes[0]) == sorted(passes[1]) == list(range(20))
+
+
+def test_the_length_is_known_through_the_steps_that_keep_it() -> None:
+    source = Pipeline.from_iterable(range(10))
+    assert source.map(square).shuffle(4).prefetch().length() == 10
+    assert source.batch(4).length() == 3
+    assert source.batch(4, drop_last=True).length() == 2
+    assert source.take(3).repeat(2).cache().length() == 6
+    assert Pipeline.from_map_style([5, 6, 7]).length() == 3
+    with pytest.raises(TypeError, match=r"filter\(.*<lambda>\) has no known length"):
+        source.filter(lambda x: x > 2).length()
+    with pytest.raises(TypeError, match=r"repeat\(None\) repeats forever"):
+        source.repeat().length()
+    with pytest.raises(TypeError, match=r"from_iterable\(generator\) has no known length"):
+        Pipeline.from_iterable(x for x in range(3)).length()
 
 
 def test_shuffle_without_a_seed_differs_between_runs() -> None:

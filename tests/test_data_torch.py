@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from paralela.data import Pipeline, TorchIterable
@@ -83,6 +85,61 @@ def test_a_pipeline_function_gets_the_epoch(no_ranks: pytest.MonkeyPatch) -> Non
         orders.append([int(x) for x in loader])
     assert orders[0] != orders[1]  # reshuffled
     assert sorted(orders[0]) == sorted(orders[1]) == list(range(50))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_pipeline_built_once_is_shuffled_anew_every_epoch(
+    no_ranks: pytest.MonkeyPatch, workers: int
+) -> None:
+    # DataLoader(shuffle=True) draws a new order every epoch: a loop that switches to
+    # TorchIterable must not silently train on the same order each epoch.
+    dataset = TorchIterable(Pipeline.from_iterable(range(40)).shuffle(40))
+    loader = DataLoader(dataset, batch_size=None, num_workers=workers)
+    torch.manual_seed(0)
+    orders = [[int(x) for x in loader] for _ in range(3)]  # no set_epoch: as mnist's loop
+    assert len({tuple(order) for order in orders}) == 3
+    assert all(sorted(order) == list(range(40)) for order in orders)
+    torch.manual_seed(0)  # the loader's seeds come from torch's generator: reproducible
+    assert [[int(x) for x in loader] for _ in range(3)] == orders
+    replayed = []
+    for epoch in (1, 2, 1):  # set_epoch: epoch e's order, however often it runs
+        dataset.set_epoch(epoch)
+        replayed.append([int(x) for x in loader])
+    assert replayed[0] == replayed[2] != replayed[1]
+
+
+def test_batches_of_numbers_and_arrays_are_torch_tensors(no_ranks: pytest.MonkeyPatch) -> None:
+    images = [(np.full((1, 8, 8), i, dtype=np.float32), i) for i in range(10)]
+    pipeline = Pipeline.from_iterable(images).batch(4)
+    loader = DataLoader(TorchIterable(pipeline), batch_size=None, num_workers=1)
+    batches = list(loader)
+    assert len(batches) == len(loader) == 3
+    data, target = batches[0]
+    data, target = data.to("cpu"), target.to("cpu")  # as a DataLoader loop does
+    assert data.shape == (4, 1, 8, 8)
+    assert data.dtype == torch.float32
+    assert target.dtype == torch.int64
+    assert target.tolist() == [0, 1, 2, 3]
+    _, labels = next(iter(pipeline))
+    assert isinstance(labels, list), "iterated directly: paralela's own collate"
+    custom = Pipeline.from_iterable(range(4)).batch(2, collate=lambda b: "+".join(map(str, b)))
+    assert list(DataLoader(TorchIterable(custom), batch_size=None)) == ["0+1", "2+3"]
+
+
+def test_len_is_the_ranks_part_when_the_source_has_a_length(
+    no_ranks: pytest.MonkeyPatch,
+) -> None:
+    pipeline = Pipeline.from_map_style(list(range(SOURCE))).map(float)
+    assert len(TorchIterable(pipeline)) == SOURCE
+    assert len(DataLoader(TorchIterable(pipeline), batch_size=10)) == 11  # ceil(103 / 10)
+    no_ranks.setenv("WORLD_SIZE", "2")
+    for rank, part in ((0, 52), (1, 51)):
+        no_ranks.setenv("RANK", str(rank))
+        dataset = TorchIterable(pipeline.batch(8))
+        assert len(dataset) == -(-part // 8)
+        assert len(list(DataLoader(dataset, batch_size=None))) == len(dataset)
+    with pytest.raises(TypeError, match=r"filter\(.*\) has no known length"):
+        len(DataLoader(TorchIterable(pipeline.filter(bool)), batch_size=None))
 
 
 def test_spawned_workers_get_their_part_of_an_iterated_cached_pipeline(

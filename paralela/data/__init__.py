@@ -6,6 +6,7 @@
       .interleave(fn, cycle_length)  .map(fn, workers="auto", kind="thread"|"process")
       .filter(p)  .shuffle(n, seed)  .batch(n)  .prefetch(n)  .take(n)  .repeat()  .cache()
     for element in pipeline: ...        pipeline.stats(): per stage, and the bottleneck
+    (each run an epoch: shuffles draw anew; set_epoch(e))   pipeline.length(): when known
 
 Adapters: :class:`TorchIterable` (a torch ``IterableDataset`` sharded by rank and by
 DataLoader worker) and :func:`to_tf_dataset`.

@@ -63,9 +63,10 @@ class Filter(Stage):
 
 class Shuffle(Stage):
     """A buffer of ``size`` elements; each output is a random one of them, replaced by
-    the next input (tf.data's shuffle). Seeded: the same order every run."""
+    the next input (tf.data's shuffle). Seeded: the same order for the same seed (the
+    pipeline's shuffle step gives each epoch and pass a seed of its own)."""
 
-    def __init__(self, upstream: Stage, stats: StageStats, size: int, seed: int | None):
+    def __init__(self, upstream: Stage, stats: StageStats, size: int, seed: str | None):
         super().__init__(upstream, stats)
         self.size = size
         self.random = random.Random(seed)

@@ -13,7 +13,9 @@
     pipeline.stats()        ──> PipelineStats of the last run (str(): the bottleneck)
 
 Each iteration is a new run; a pipeline object can be iterated again (a new epoch) as
-long as its source can (a list, files, ``range``; not a one-shot generator).
+long as its source can (a list, files, ``range``; not a one-shot generator). Runs are
+counted as epochs (:meth:`Pipeline.set_epoch` sets the next one): a seeded ``shuffle``
+draws a new order every epoch, the same sequence of orders in every program run.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,11 +45,26 @@ MAX_THREADS = 64
 
 @dataclass
 class _Run:
-    """What the stages of one run share."""
+    """What the stages of one run share.
+
+    ``epoch`` seeds the run's shuffles (with each shuffle's own seed and pass); ``collate``
+    makes the batches of ``batch()`` steps that name no collate (``None``: the pipeline's
+    :func:`default_collate`; ``TorchIterable`` gives torch's).
+    """
 
     tuner: Tuner
     deterministic: bool
+    epoch: int | str = 0
+    collate: Callable[[list[Any]], Any] | None = None
     stats: dict[int, StageStats] = field(default_factory=dict)
+    passes: dict[int, int] = field(default_factory=dict)
+
+    def pass_of(self, stats: StageStats) -> int:
+        """How many times the stage of ``stats`` was built before in this run (a repeat
+        rebuilds the stages above it for each pass)."""
+        built = self.passes.get(id(stats), 0)
+        self.passes[id(stats)] = built + 1
+        return built
 
     def stage_stats(self, index: int, name: str, kind: str) -> StageStats:
         """The counters of step ``index``, the same across rebuilds (repeat, cache)."""
@@ -62,6 +79,8 @@ class _Step:
     kind: str
     make: Callable[[_Run, StageStats, Any], Stage]
     rebuilds: bool = False  # gets a function that builds the steps above, not a stage
+    # Its output's length from its input's (a source's ignores it); None: not known.
+    length: Callable[[int], int] | None = None
 
 
 class Pipeline:
@@ -85,6 +104,7 @@ class Pipeline:
         self._last: weakref.ref[PipelineIterator] | None = None
         self._last_stats: PipelineStats | None = None
         self._cache: dict[int, dict[str, Any]] = {}
+        self._epoch = 0  # of the next run
 
     # -- sources ------------------------------------------------------------------
 
@@ -92,7 +112,17 @@ class Pipeline:
     def from_iterable(cls, iterable: Iterable[Any]) -> Pipeline:
         """The elements of ``iterable``. A one-shot iterator (a generator) runs once."""
         name = f"from_iterable({type(iterable).__name__})"
-        return cls((_Step(name, "inline", lambda run, stats, _: Source(stats, lambda: iterable)),))
+        sized = isinstance(iterable, Sized) and not isinstance(iterable, Iterator)
+        return cls(
+            (
+                _Step(
+                    name,
+                    "inline",
+                    lambda run, stats, _: Source(stats, lambda: iterable),
+                    length=(lambda _: len(iterable)) if sized else None,  # type: ignore[arg-type]
+                ),
+            )
+        )
 
     @classmethod
     def from_files(
@@ -111,6 +141,7 @@ class Pipeline:
                     f"from_files({len(files)} files)",
                     "inline",
                     lambda run, stats, _: Source(stats, lambda: files),
+                    length=lambda _: len(files),
                 ),
             )
         )
@@ -171,7 +202,7 @@ class Pipeline:
                 maximum=maximum,
             )
 
-        return self._then(_Step(name, kind, make))
+        return self._then(_Step(name, kind, make, length=_same))
 
     def interleave(
         self,
@@ -215,14 +246,20 @@ class Pipeline:
         )
 
     def shuffle(self, buffer: int, *, seed: int | None = 0) -> Pipeline:
-        """Shuffle through a buffer of ``buffer`` elements; ``seed`` fixes the order
-        (``None``: a different order every run)."""
+        """Shuffle through a buffer of ``buffer`` elements, in a new order every epoch
+        (each run of the pipeline, each pass of a ``repeat`` after it), as tf.data's
+        ``reshuffle_each_iteration``. ``seed`` fixes the sequence of orders: epoch ``e``
+        of a pipeline shuffles the same way in every program run (see :meth:`set_epoch`);
+        ``None``: different orders in every program run too."""
         size = _positive("buffer", buffer)
-        return self._then(
-            _Step(
-                f"shuffle({size})", "inline", lambda run, stats, up: Shuffle(up, stats, size, seed)
-            )
-        )
+
+        def make(run: _Run, stats: StageStats, upstream: Stage) -> Stage:
+            pass_ = run.pass_of(stats)
+            # A string seeds Random the same way in every process (no hash randomisation).
+            drawn = None if seed is None else f"paralela.shuffle:{seed}:{run.epoch}:{pass_}"
+            return Shuffle(upstream, stats, size, drawn)
+
+        return self._then(_Step(f"shuffle({size})", "inline", make, length=_same))
 
     def batch(
         self,
@@ -232,13 +269,15 @@ class Pipeline:
         collate: Callable[[list[Any]], Any] | None = None,
     ) -> Pipeline:
         """Groups of ``size`` elements, made one by ``collate`` (default: stacked tensors
-        or arrays, tuples and dicts field by field, else a list)."""
+        or arrays, tuples and dicts field by field, else a list; under
+        :class:`TorchIterable`, torch's ``default_collate``, as a DataLoader batches)."""
         n = _positive("size", size)
         return self._then(
             _Step(
                 f"batch({n})",
                 "inline",
-                lambda run, stats, up: Batch(up, stats, n, drop_last, collate),
+                lambda run, stats, up: Batch(up, stats, n, drop_last, collate or run.collate),
+                length=(lambda m: m // n) if drop_last else (lambda m: -(-m // n)),
             )
         )
 
@@ -246,13 +285,25 @@ class Pipeline:
         """Keep the next ``n`` elements ready, made by a thread beside the consumer."""
         size = _positive("n", n)
         return self._then(
-            _Step(f"prefetch({size})", "thread", lambda run, stats, up: Prefetch(up, stats, size))
+            _Step(
+                f"prefetch({size})",
+                "thread",
+                lambda run, stats, up: Prefetch(up, stats, size),
+                length=_same,
+            )
         )
 
     def take(self, count: int) -> Pipeline:
         """The first ``count`` elements."""
         n = _positive("count", count, minimum=0)
-        return self._then(_Step(f"take({n})", "inline", lambda run, stats, up: Take(up, stats, n)))
+        return self._then(
+            _Step(
+                f"take({n})",
+                "inline",
+                lambda run, stats, up: Take(up, stats, n),
+                length=lambda m: min(m, n),
+            )
+        )
 
     def repeat(self, count: int | None = None) -> Pipeline:
         """Run everything above ``count`` times (None: forever), each run anew."""
@@ -263,6 +314,7 @@ class Pipeline:
                 "inline",
                 lambda run, stats, build: Repeat(stats, build, n),
                 rebuilds=True,
+                length=None if n is None else (lambda m: m * n),
             )
         )
 
@@ -275,7 +327,9 @@ class Pipeline:
         def make(run: _Run, stats: StageStats, build: Callable[[], Stage]) -> Stage:
             return Cache(stats, build, self._cache.setdefault(index, {}), where)
 
-        return self._then(_Step(f"cache({where or 'memory'})", "inline", make, rebuilds=True))
+        return self._then(
+            _Step(f"cache({where or 'memory'})", "inline", make, rebuilds=True, length=_same)
+        )
 
     def with_options(
         self,
@@ -307,9 +361,36 @@ class Pipeline:
     # -- running ------------------------------------------------------------------
 
     def __iter__(self) -> PipelineIterator:
-        iterator = PipelineIterator(self)
+        epoch, self._epoch = self._epoch, self._epoch + 1
+        iterator = PipelineIterator(self, epoch=epoch)
         self._last = weakref.ref(iterator)
         return iterator
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch of the next run (later runs count on from it), as
+        ``DistributedSampler.set_epoch``: a seeded ``shuffle`` draws epoch ``e``'s order
+        the same way in every program run, so a resumed training sees the orders it would
+        have seen. Without it, the runs of this pipeline object count from 0."""
+        self._epoch = _positive("epoch", epoch, minimum=0)
+
+    def length(self) -> int:
+        """How many elements a run gives, from the source's ``len()`` through the steps.
+
+        Raises:
+            TypeError: not known before running: a source without ``len()`` (a
+                generator), a ``filter`` or ``interleave``, or ``repeat()`` forever.
+        """
+        n = 0
+        for step in self._steps:
+            if step.length is None:
+                why = "repeats forever" if step.name == "repeat(None)" else "has no known length"
+                raise TypeError(
+                    f"{self!r} gives an unknown number of elements: {step.name} {why}. "
+                    "Lengths are known through map, shuffle, batch, take, repeat(n), cache "
+                    "and prefetch from a source with len() (a list, range, files)."
+                )
+            n = step.length(n)
+        return n
 
     def stats(self) -> PipelineStats:
         """The counters of the last (or current) run.
@@ -361,12 +442,18 @@ class PipelineIterator(Iterator[Any]):
     """One run of a pipeline. Closed at the end, on an error, when the loop is left (the
     iterator is collected) or explicitly with :meth:`close` or ``with``."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        epoch: int | str = 0,
+        collate: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
         from paralela.backends._base import usable_cpus
 
         cpus = pipeline._cpus or usable_cpus()
         self._pipeline = pipeline
-        self._run = _Run(Tuner(cpus), pipeline._deterministic)
+        self._run = _Run(Tuner(cpus), pipeline._deterministic, epoch, collate)
         self._closed = False
         self._started = time.perf_counter()
         self._ended: float | None = None
@@ -445,6 +532,10 @@ def _expand(paths: Any) -> list[str]:
             raise ConfigError(f"from_files: {text!r} matches no file; check the path or pattern.")
         files.extend(found)
     return files
+
+
+def _same(n: int) -> int:
+    return n
 
 
 def _name(fn: Any) -> str:

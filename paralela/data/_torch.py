@@ -12,6 +12,8 @@ DataLoader worker.
           with a CPU budget of the rank's CPUs / (local ranks x K)
 
 Each (rank, worker) pair gets a disjoint part of the source; together they get all of it.
+As a DataLoader over a map-style dataset: batches are torch's ``default_collate``, ``len()``
+is known when the source's length is, and every epoch is shuffled anew.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import cloudpickle
 
 from paralela.data._inline import Cache
 from paralela.data._parallel import _END, Stage
-from paralela.data._pipeline import Pipeline, _Run, _Step
+from paralela.data._pipeline import Pipeline, PipelineIterator, _Run, _Step
 from paralela.data._stats import StageStats
 from paralela.errors import ConfigError, MissingExtraError
 
@@ -65,10 +67,24 @@ class TorchIterable(torch.utils.data.IterableDataset[Any]):
     element, so choose a source that splits evenly, batch with ``drop_last=True``, or
     use ``torch.distributed.algorithms.Join``.
 
+    A loop written for a ``DataLoader`` runs unchanged: ``batch()`` steps without a
+    ``collate`` make their batches with torch's ``default_collate`` (numbers and arrays
+    become tensors: ``target.to(device)`` works), ``len()`` is the number of elements this
+    rank's part gives when the source's length is known (see :meth:`Pipeline.length`),
+    and each ``iter(loader)`` is a new epoch whose shuffles draw a new order: the epoch
+    given to :meth:`set_epoch`, else a seed drawn from torch's generator (the loader's
+    per-epoch seed in its workers), so that ``torch.manual_seed`` makes the orders
+    reproducible, as with DataLoader's ``shuffle=True``.
+
+    With ``num_workers=K > 1`` and a pipeline that batches, each worker batches its own
+    part: up to ``K - 1`` more (partial) batches than ``len()``, which counts the rank's
+    part as one (DataLoader warns when more come than ``len()`` said); batch in the
+    DataLoader (``batch_size=n``) for an exact ``len(loader)``.
+
     Args:
         pipeline: a :class:`Pipeline`, or a function of the epoch (see
             :meth:`set_epoch`) that returns one, e.g. ``lambda epoch:
-            base.shuffle(1000, seed=epoch).batch(32)`` to reshuffle every epoch.
+            base.shuffle(1000, seed=epoch).batch(32)``.
 
     Failure and shutdown: an error in a stage is raised by the DataLoader in the main
     process (torch re-raises a worker's exception); when the loader's iterator is left,
@@ -91,13 +107,20 @@ class TorchIterable(torch.utils.data.IterableDataset[Any]):
             )
         self.pipeline = pipeline
         self.epoch = 0
+        self._set = False  # set_epoch called: its epoch seeds the shuffles
+        self._runs = 0  # iterations of this copy of the dataset
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch passed to a pipeline function at the next ``iter(loader)``. Call it
-        before each epoch, as ``DistributedSampler.set_epoch``. DataLoader workers see it
-        when they start: not with ``persistent_workers=True``, whose workers keep the
-        epoch they started with."""
+        """The epoch of the next ``iter(loader)``: it seeds the pipeline's shuffles (epoch
+        ``e`` shuffles the same way in every program run, so a resumed training sees the
+        orders it would have seen) and is passed to a pipeline function. Call it before
+        each epoch, as ``DistributedSampler.set_epoch``. DataLoader workers see it when
+        they start: not with ``persistent_workers=True``, whose workers keep the epoch
+        they started with."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ConfigError(f"epoch must be a whole number of at least 0, got {epoch!r}.")
         self.epoch = epoch
+        self._set = True
 
     def shard(self) -> tuple[int, int]:
         """``(count, index)``: how many parts the source is split into, and this one's."""
@@ -107,32 +130,58 @@ class TorchIterable(torch.utils.data.IterableDataset[Any]):
         return world * workers, rank * workers + worker
 
     def __iter__(self) -> Iterator[Any]:
-        pipeline = self.pipeline if isinstance(self.pipeline, Pipeline) else None
-        if pipeline is None:
-            assert callable(self.pipeline)
-            pipeline = self.pipeline(self.epoch)
-            if not isinstance(pipeline, Pipeline):
-                raise ConfigError(
-                    f"TorchIterable's function returned {type(pipeline).__name__}, not a Pipeline."
-                )
         count, index = self.shard()
-        part = shard_pipeline(pipeline, count, index)
+        part = shard_pipeline(self._pipeline(), count, index)
+        info = torch.utils.data.get_worker_info()
         if part._cpus is None:
-            info = torch.utils.data.get_worker_info()
             copies = (_env_int("LOCAL_WORLD_SIZE") or 1) * (1 if info is None else info.num_workers)
             part = part.with_options(cpus=max(1, _usable_cpus() // copies))
-        return iter(part)
+        runs, self._runs = self._runs, self._runs + 1
+        epoch: int | str = self.epoch
+        if not self._set and info is not None:
+            # The loader's seed, drawn from torch's generator at every iter(loader) (and
+            # the runs, for persistent workers, which keep theirs).
+            epoch = f"{info.seed - info.id}.{runs}"
+        elif not self._set:  # drawn from torch's generator, as RandomSampler does
+            epoch = str(int(torch.empty((), dtype=torch.int64).random_().item()))
+        return PipelineIterator(part, epoch=epoch, collate=torch.utils.data.default_collate)
+
+    def __len__(self) -> int:
+        """The elements this rank's part gives (batches, where the pipeline batches).
+
+        Raises:
+            TypeError: not known before running (see :meth:`Pipeline.length`).
+        """
+        count, index = self.shard()
+        return shard_pipeline(self._pipeline(), count, index).length()
+
+    def _pipeline(self) -> Pipeline:
+        if isinstance(self.pipeline, Pipeline):
+            return self.pipeline
+        pipeline = self.pipeline(self.epoch)
+        if not isinstance(pipeline, Pipeline):
+            raise ConfigError(
+                f"TorchIterable's function returned {type(pipeline).__name__}, not a Pipeline."
+            )
+        return pipeline
 
     def __getstate__(self) -> dict[str, Any]:
         # Spawned and forkserver DataLoader workers (the default from Python 3.14) get the
         # dataset pickled: cloudpickle carries a pipeline's lambdas and closures.
         buffer = io.BytesIO()
         _Pickler(buffer).dump(self.pipeline)
-        return {"pickled": buffer.getvalue(), "epoch": self.epoch}
+        return {
+            "pickled": buffer.getvalue(),
+            "epoch": self.epoch,
+            "set": self._set,
+            "runs": self._runs,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.pipeline = pickle.loads(state["pickled"])
         self.epoch = state["epoch"]
+        self._set = state["set"]
+        self._runs = state["runs"]
 
 
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
@@ -195,8 +244,10 @@ def shard_pipeline(pipeline: Pipeline, count: int, index: int) -> Pipeline:
         inner = source.make(run, StageStats(source.name, source.kind), upstream)
         return _Part(inner, stats, count, index)
 
+    whole = source.length
+    length = None if whole is None else (lambda _: len(range(index, whole(0), count)))
     part = Pipeline(
-        (_Step(f"{source.name}[{index}::{count}]", source.kind, make), *steps[1:]),
+        (_Step(f"{source.name}[{index}::{count}]", source.kind, make, length=length), *steps[1:]),
         cpus=pipeline._cpus,
         deterministic=pipeline._deterministic,
         run_dir=pipeline._run_dir,
@@ -209,7 +260,7 @@ def _part_cache(step: _Step, store: dict[str, Any]) -> _Step:
     def make(run: _Run, stats: StageStats, build: Callable[[], Stage]) -> Stage:
         return Cache(stats, build, store, None)
 
-    return _Step(step.name, step.kind, make, rebuilds=True)
+    return _Step(step.name, step.kind, make, rebuilds=True, length=step.length)
 
 
 class _Part(Stage):

@@ -54,7 +54,7 @@ def main() -> None:
         total, steps = 0.0, 0
         for indices, xb, yb in loader:
             if epoch == 0:
-                seen.extend(indices)
+                seen.extend(indices.tolist())  # collated by torch: a tensor
             optimizer.zero_grad()
             loss = functional.cross_entropy(ddp(xb), yb)
             loss.backward()
