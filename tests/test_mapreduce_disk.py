@@ -91,7 +91,7 @@ def test_an_output_directory_on_a_full_disk_is_named(
     assert "No space left on device" in message
     assert "output" in message
     assert not (output / "_SUCCESS").exists()
-    assert [p for p in output.iterdir() if p.name.startswith(".")] == []
+    assert [p for p in output.iterdir() if p.name.startswith(".tmp")] == []
 
 
 def test_the_cli_on_a_full_disk_is_one_paragraph_exit_1(

@@ -132,7 +132,7 @@ def test_a_killed_worker_s_shard_is_run_again(
     shards = by_shard(found)
     assert [r for shard in shards for r in shard] == records
     assert [row["output"] for row in found] == serial(shards, 10, "cpu")
-    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".tmp")]
 
 
 def test_sequential_backend_and_no_input_in_rows(tmp_path: Path) -> None:
@@ -162,7 +162,7 @@ def test_predict_raising_names_the_model_shard_file_and_lines(tmp_path: Path) ->
     assert "data.jsonl lines 52-61" in message
     assert isinstance(caught.value.__cause__, ValueError)
     assert not (tmp_path / "out" / "_SUCCESS").exists()
-    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".tmp")]
 
 
 def test_wrong_number_of_outputs_names_the_shard(tmp_path: Path) -> None:
@@ -240,7 +240,8 @@ def test_outputs_the_format_cannot_hold_name_the_record(tmp_path: Path) -> None:
                        "cannot be written as Parquet"):  # fmt: skip
         paralela.predict(Unwritable, str(tmp_path / "b.jsonl"), output=tmp_path / "out2",
                          output_format="parquet", workers=1, progress=False)  # fmt: skip
-    assert list((tmp_path / "out2").iterdir()) == []  # no part, no temporary file
+    # No part, no temporary file: only paralela's list of what it writes there.
+    assert [p.name for p in (tmp_path / "out2").iterdir()] == [".paralela-output.json"]
 
 
 def test_csv_rows_and_a_quoted_line_break_with_one_shard_per_file(tmp_path: Path) -> None:

@@ -141,4 +141,4 @@ def test_ctrl_c_exits_130_with_a_resume_hint(workdir: Path) -> None:
         proc.stderr
     )
     assert "Traceback" not in proc.stderr
-    assert not [p for p in (workdir / "out").iterdir() if p.name.startswith(".")]
+    assert not [p for p in (workdir / "out").iterdir() if p.name.startswith(".tmp")]

@@ -163,6 +163,15 @@ def mapreduce_command(
             show_default=False,
         ),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete what --output holds that paralela did not write (another tool's "
+            "output, your files) before writing; without it such a directory is refused "
+            "(exit 2). paralela's own earlier output is replaced either way.",
+        ),
+    ] = False,
     format_: Annotated[
         Format | None,
         typer.Option(
@@ -352,6 +361,7 @@ def mapreduce_command(
             run_dir=run_dir,
             output=output,
             output_format=fmt.value,
+            mode="overwrite" if overwrite else "errorifexists",
             input_format=input_format,
             encoding=encoding,
             split_bytes=split_bytes,

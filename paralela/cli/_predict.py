@@ -129,6 +129,15 @@ def predict_command(
             show_default=False,
         ),
     ],
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete what --output holds that paralela did not write (another tool's "
+            "output, your files) before writing; without it such a directory is refused "
+            "(exit 2). paralela's own earlier output is replaced either way.",
+        ),
+    ] = False,
     batch_size: Annotated[
         int, typer.Option("--batch-size", min=1, help="Records per predict call.")
     ] = 32,
@@ -234,6 +243,7 @@ def predict_command(
             backend_options=options or None,
             run_dir=run_dir,
             output_format=format_.value,
+            mode="overwrite" if overwrite else "errorifexists",
             input_format=input_format,
             progress=UNSET if progress is None else progress,
             keep_input=not no_input,

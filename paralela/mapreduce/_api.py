@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from paralela._config import UNSET, resolve
+from paralela._output_dir import check_mode
 from paralela.backends import Backend
 from paralela.errors import ConfigError
 from paralela.mapreduce._output import FORMATS
@@ -132,6 +133,7 @@ def mapreduce(
     run_dir: str | os.PathLike[str] | None = None,
     output: str | os.PathLike[str] | None = None,
     output_format: str = "jsonl",
+    mode: str = "errorifexists",
     input_format: str | None = None,
     encoding: str = "utf-8",
     split_bytes: int | str = 64 << 20,
@@ -182,6 +184,12 @@ def mapreduce(
             files and a ``_SUCCESS`` manifest, each written atomically.
         output_format: ``"jsonl"``, ``"parquet"`` or ``"text"`` (``key<TAB>value``
             lines), for ``output``.
+        mode: what to do when ``output`` holds files paralela did not write (another
+            tool's output, a user's file): ``"errorifexists"`` refuses them with a
+            :class:`ConfigError` naming a few, as Spark's default save mode does;
+            ``"overwrite"`` deletes them first. Either way, a run into paralela's own
+            earlier output replaces only the files paralela recorded there as its own
+            (its parts, ``_SUCCESS``), which a rerun with ``run_dir`` resumes from.
         input_format: ``"text"``, ``"jsonl"``, ``"csv"`` or ``"parquet"``; default from
             each file's extension.
         encoding: of text, JSONL and CSV inputs (invalid bytes are an error).
@@ -205,7 +213,8 @@ def mapreduce(
         ``summary``; with ``output``, it reads the written files.
 
     Raises:
-        ConfigError: a bad option, before work starts.
+        ConfigError: a bad option, or ``output`` holds files paralela did not write
+            (with ``mode="errorifexists"``), before work starts.
         InputError: an input is missing, unreadable or not valid (names file and line).
         UserFunctionError: the mapper, combiner or reducer raised (the user's exception
             is its ``__cause__``; it names the file and line, the record or the key), or
@@ -239,6 +248,7 @@ def mapreduce(
     split_size = parse_split_bytes(split_bytes)
     limit = None if memory_limit is None else parse_size(memory_limit)
     out_dir = None if output is None else Path(output)
+    check_mode(mode)
     if not isinstance(batched, bool):
         raise ConfigError(f"batched must be True or False; got {batched!r}.")
     if engine == "spark" and batched:
@@ -263,17 +273,28 @@ def mapreduce(
                 "here) and tuned by spark_conf= (e.g. spark.executor.memory, "
                 "spark.task.maxFailures); Spark recomputes lost tasks itself."
             )
+        _check_output(out_dir, mode)
         return _run_spark(
             mapper, reducer, combiner, inputs, n_partitions, master, out_dir, output_format,
             spark_conf, input_format, encoding, split_size, records_per_split,
         )  # fmt: skip
     if master is not None or spark_conf:
         raise ConfigError("master= and spark_conf= are options of engine='spark'.")
+    _check_output(out_dir, mode)
     return _run_local(
         mapper, reducer, combiner, inputs, n_partitions, workers, backend, backend_options,
         limit, run_dir, out_dir, output_format, input_format, encoding, split_size,
         records_per_split, retries, progress, started, batched,
     )  # fmt: skip
+
+
+def _check_output(output: Path | None, mode: str) -> None:
+    """Refuse (or, with ``mode="overwrite"``, empty) an ``output`` directory holding
+    files paralela did not write, once every option is checked and before any work."""
+    if output is not None:
+        from paralela.mapreduce._output import check_output_dir
+
+        check_output_dir(output, mode)
 
 
 def _plan(

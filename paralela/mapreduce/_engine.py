@@ -47,9 +47,9 @@ from paralela.errors import (
 )
 from paralela.mapping import imap
 from paralela.mapreduce._output import (
-    SUCCESS_NAME,
     Part,
-    check_output_dir,
+    claim_output_dir,
+    remove_own_temporaries,
     remove_stale_parts,
     remove_temporaries,
     type_empty_parquet_parts,
@@ -205,10 +205,10 @@ def run_local(job: LocalJob) -> MapReduceResult:
             key = None
         spill_dir = home / "spills"
         parts_dir = job.output if job.output is not None else home / "parts"
-        if job.output is not None:
-            check_output_dir(job.output)
-            # A former run's _SUCCESS must not vouch for parts this run is rewriting.
-            (job.output / SUCCESS_NAME).unlink(missing_ok=True)
+        if job.output is not None:  # checked by the API: it holds paralela's files only
+            # Lists the parts this job writes, so that a rerun after a crash knows them
+            # as paralela's; removes a former _SUCCESS, which must not vouch for them.
+            claim_output_dir(job.output, job.partitions, job.output_format)
         make_dirs(spill_dir)
         make_dirs(parts_dir)
         summary.plan_seconds += time.perf_counter() - t0
@@ -249,9 +249,10 @@ def run_local(job: LocalJob) -> MapReduceResult:
 def _remove_cut_short(job: LocalJob, spill_dir: Path | None) -> None:
     """Remove the temporary files of spills and parts whose writing a stopped task cut
     short (a worker killed mid-write when another task failed, a full disk, Ctrl-C)."""
-    for directory in (job.output, spill_dir):
-        if directory is not None and Path(directory).is_dir():
-            remove_temporaries(directory)
+    if job.output is not None and job.output.is_dir():
+        remove_own_temporaries(job.output)  # never a temp-like file of someone else's
+    if spill_dir is not None and spill_dir.is_dir():
+        remove_temporaries(spill_dir)
 
 
 def _imap_options(job: LocalJob, run_dir: Path | None, key: str | None) -> dict[str, Any]:

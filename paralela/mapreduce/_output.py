@@ -6,6 +6,9 @@ reads them back.
     reduce task ──> write_part(pairs, directory, partition, format)
                       temp file next to the target ──fsync──> rename: part-00003.<ext>
     driver     ──> write_success(directory, parts)   _SUCCESS: JSON list of parts, last
+
+An ``output=`` directory is checked, claimed and finished by ``paralela._output_dir``:
+only the files paralela recorded there as its own are ever replaced or removed.
     result     ──> read_part(part)  (again on every iteration; nothing kept in memory)
 
 Formats:
@@ -34,7 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from paralela._files import atomic_write, replacing
+from paralela import _output_dir
+from paralela._files import replacing
+from paralela._output_dir import SUCCESS_NAME, temp_prefix
 from paralela.errors import MapReduceError, MissingExtraError, UserFunctionError
 from paralela.mapping._task import short_repr
 
@@ -43,10 +48,13 @@ __all__ = [
     "SUCCESS_NAME",
     "FORMATS",
     "check_output_dir",
+    "claim_output_dir",
     "Part",
     "part_name",
     "read_part",
+    "remove_own_temporaries",
     "remove_stale_parts",
+    "remove_temporaries",
     "type_empty_parquet_parts",
     "write_part",
     "write_success",
@@ -56,7 +64,6 @@ __all__ = [
 EXTENSIONS = {"pickle": "pkl", "jsonl": "jsonl", "parquet": "parquet", "text": "txt"}
 #: Formats a user may ask for as ``output_format``.
 FORMATS = ("jsonl", "parquet", "text")
-SUCCESS_NAME = "_SUCCESS"
 # Pairs per pickled list (pickle stream) or per Parquet row batch: large enough that the
 # per-batch cost vanishes, small enough that a reader holds little.
 _BATCH = 4096
@@ -91,7 +98,7 @@ def write_part(
         OSError: the directory cannot be written (a full disk, permissions).
     """
     path = Path(directory) / part_name(partition, fmt)
-    with replacing(path) as f:
+    with replacing(path, temp_prefix(directory)) as f:
         if fmt == "pickle":
             count = _write_pickle(pairs, f)
         elif fmt == "jsonl":
@@ -243,7 +250,7 @@ def type_empty_parquet_parts(parts: list[Part]) -> None:
     schema = pa.parquet.read_schema(typed.path)
     for part in parts:
         if part.format == "parquet" and not part.pairs:
-            with replacing(part.path) as f:
+            with replacing(part.path, temp_prefix(Path(part.path).parent)) as f:
                 pa.parquet.ParquetWriter(f, schema).close()
 
 
@@ -292,7 +299,8 @@ def _read_pickle(path: str) -> Iterator[tuple[Any, Any]]:
 
 def write_success(directory: str | os.PathLike[str], parts: list[Part]) -> None:
     """Write ``directory/_SUCCESS``: the JSON list of parts, written last, so its presence
-    says every part is complete."""
+    says every part is complete; paralela's own files that are not these parts (a former
+    run's) and its temp files are removed first."""
     data = {
         "parts": [
             {"partition": p.partition, "file": Path(p.path).name, "pairs": p.pairs} for p in parts
@@ -300,21 +308,20 @@ def write_success(directory: str | os.PathLike[str], parts: list[Part]) -> None:
         "format": parts[0].format if parts else None,
         "pairs": sum(p.pairs for p in parts),
     }
-    atomic_write(Path(directory) / SUCCESS_NAME, (json.dumps(data, indent=1) + "\n").encode())
+    _output_dir.finish_output_dir(directory, [Path(p.path).name for p in parts], data)
 
 
 def remove_stale_parts(directory: str | os.PathLike[str], keep: Iterable[str]) -> None:
-    """Remove ``part-*`` files a former run left in ``directory`` that this run did not
-    write (it had more partitions, or another format)."""
-    kept = {Path(p).name for p in keep}
-    for path in Path(directory).glob("part-*"):
-        if path.name not in kept and path.is_file():
-            path.unlink(missing_ok=True)
+    """Remove the files a former run of paralela's left in the output ``directory`` that
+    this run did not write (it had more partitions, or another format); only files
+    paralela recorded there as its own, whatever their names."""
+    _output_dir.remove_stale(directory, [Path(p).name for p in keep])
 
 
 def remove_temporaries(directory: str | os.PathLike[str]) -> None:
-    """Remove the temporary files (``_files.TMP_PREFIX``) of parts whose writing was cut
-    short: a reduce task stopped mid-write when another failed, or on Ctrl-C."""
+    """Remove the temporary files (``_files.TMP_PREFIX``) in a directory of paralela's
+    own (spills, a run directory): a task stopped mid-write when another failed, or on
+    Ctrl-C. For an output directory use :func:`remove_own_temporaries`."""
     from paralela._files import TMP_PREFIX
 
     for path in Path(directory).glob(TMP_PREFIX + "*"):
@@ -322,32 +329,24 @@ def remove_temporaries(directory: str | os.PathLike[str]) -> None:
             path.unlink(missing_ok=True)
 
 
-def check_output_dir(directory: str | os.PathLike[str]) -> Path:
-    """The output directory, created; refuses one holding files this job would not write.
+def remove_own_temporaries(directory: str | os.PathLike[str]) -> None:
+    """Remove the temp files paralela made in the output ``directory`` (their names carry
+    the token it recorded there), never anyone else's."""
+    _output_dir.remove_own_temporaries(directory)
+
+
+def check_output_dir(directory: str | os.PathLike[str], mode: str = "errorifexists") -> Path:
+    """The output directory, made if missing; refuses (``mode="errorifexists"``) or
+    deletes (``"overwrite"``) the files there that paralela did not write.
 
     Raises:
-        ConfigError: ``directory`` is a file, or holds files other than ``part-*``
-            and ``_SUCCESS`` (from a former run), which could be mistaken for results.
+        ConfigError: ``directory`` is a file, or holds files paralela did not write
+            (names a few) and ``mode`` is ``"errorifexists"``.
     """
-    from paralela._files import make_dirs
-    from paralela.errors import ConfigError
+    return _output_dir.check_output_dir(directory, mode)
 
-    path = Path(directory)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"output={str(directory)!r} is a file; pass a directory for the parts.")
-    try:
-        make_dirs(path)
-    except OSError as exc:
-        raise ConfigError(f"The output directory {path} cannot be made: {exc}.") from exc
-    others = sorted(
-        p.name
-        for p in path.iterdir()
-        if not (p.name.startswith("part-") or p.name == SUCCESS_NAME or p.name.startswith("."))
-    )
-    if others:
-        raise ConfigError(
-            f"The output directory {path} holds other files ({', '.join(others[:5])}); "
-            "a job writes part-NNNNN files and _SUCCESS there. Pass an empty or new "
-            "directory."
-        )
-    return path
+
+def claim_output_dir(directory: str | os.PathLike[str], partitions: int, fmt: str) -> None:
+    """Record in ``directory`` that this job writes ``partitions`` parts in ``fmt`` (see
+    :func:`paralela._output_dir.claim_output_dir`), before the first is written."""
+    _output_dir.claim_output_dir(directory, [part_name(p, fmt) for p in range(partitions)])

@@ -134,7 +134,7 @@ def _run(
     from pyspark import StorageLevel
 
     from paralela.mapreduce._hashing import order
-    from paralela.mapreduce._output import remove_stale_parts, write_success
+    from paralela.mapreduce._output import claim_output_dir, remove_stale_parts, write_success
 
     path = list(sys.path)
     counters = Counters(sc)
@@ -163,6 +163,8 @@ def _run(
         t_write = time.perf_counter()
         parts_dir = out_dir if out_dir is not None else Path(str(temporary))
         fmt = output_format if out_dir is not None else "pickle"
+        if out_dir is not None:  # lists the parts as paralela's before the first is written
+            claim_output_dir(out_dir, partitions, fmt)
         parts = _spark_call(lambda: _write_parts(reduced, str(parts_dir), fmt))
         summary.extra["write_seconds"] = time.perf_counter() - t_write
         summary.keys = sum(p.pairs for p in parts)

@@ -38,7 +38,7 @@ from paralela.errors import (
     add_note,
 )
 from paralela.serving._model import check_model, model_name
-from paralela.serving._predict_output import FORMATS
+from paralela.serving._predict_output import FORMATS, part_path
 from paralela.serving._predict_task import PredictJob, ShardFailed, ShardResult, predict_shard
 
 __all__ = ["BACKENDS", "PredictResult", "predict"]
@@ -113,6 +113,7 @@ def predict(
     backend_options: Mapping[str, Any] | None = None,
     run_dir: str | os.PathLike[str] | None = None,
     output_format: str = "jsonl",
+    mode: str = "errorifexists",
     input_format: str | None = None,
     progress: bool | Any | None = UNSET,
     keep_input: bool = True,
@@ -147,6 +148,11 @@ def predict(
         run_dir: keeps each finished shard; running again with it predicts only the
             shards not finished (after a crash, a kill or Ctrl-C).
         output_format: ``"jsonl"`` or ``"parquet"``.
+        mode: what to do when ``output`` holds files paralela did not write:
+            ``"errorifexists"`` refuses them (a :class:`ConfigError` naming a few, as
+            Spark's default save mode); ``"overwrite"`` deletes them first. A run into
+            paralela's own earlier output replaces only the files paralela recorded
+            there as its own (a ``run_dir`` rerun keeps its finished shards' parts).
         input_format: ``"text"``, ``"jsonl"``, ``"csv"`` or ``"parquet"`` for every
             file; default from each file's extension.
         progress: a progress bar of shards (default: on a terminal).
@@ -165,7 +171,8 @@ def predict(
         and the part files.
 
     Raises:
-        ConfigError: a bad class or option, before any worker starts.
+        ConfigError: a bad class or option, or ``output`` holds files paralela did not
+            write (``mode="errorifexists"``), before any worker starts.
         InputError: an input is missing, unreadable or malformed (names file and line).
         ModelError: the model's ``setup`` or ``predict`` raised (its exception is the
             cause), or ``predict`` returned the wrong number of outputs or outputs the
@@ -176,14 +183,20 @@ def predict(
     On Ctrl-C or an error, the shards in flight are stopped (their workers killed) and
     their temporary files removed; finished shards stay in ``run_dir`` for the next call.
     """
+    from paralela._output_dir import (
+        check_mode,
+        check_output_dir,
+        claim_output_dir,
+        remove_own_temporaries,
+    )
     from paralela.mapping import imap
     from paralela.mapreduce._inputs import parse_split_bytes, plan_splits
-    from paralela.mapreduce._output import check_output_dir, remove_temporaries
 
     started = time.perf_counter()
     check_model(model)
     name = model_name(model)
     _check_options(batch_size, output_format, keep_input, workers_per_gpu)
+    check_mode(mode)
     split_size = parse_split_bytes(split_bytes)  # 0: one shard per file
     backend_name = resolve("backend", backend, "processes")
     if backend_name not in BACKENDS:
@@ -198,9 +211,9 @@ def predict(
             "gpus= and workers_per_gpu= choose this machine's GPUs (backend='processes'); "
             "on Slurm ask for GPUs with backend_options={'gpus_per_task': N}."
         )
+    out = Path(output)
     backend_obj, owns, device = _backend(backend_name, n_workers, backend_options, gpus,
                                          workers_per_gpu)  # fmt: skip
-    out = Path(output)
     try:
         effective = backend_obj.effective_workers()
         splits = list(
@@ -214,8 +227,10 @@ def predict(
                 min_split_bytes=min(MIN_SHARD_BYTES, split_size),
             )
         )
-        check_output_dir(out)
-        (out / "_SUCCESS").unlink(missing_ok=True)
+        check_output_dir(out, mode)  # before any shard runs
+        # Lists the parts as paralela's before the first is written (a rerun after a
+        # crash knows them); removes a former _SUCCESS, which must not vouch for them.
+        claim_output_dir(out, [part_path(out, s.index, output_format).name for s in splits])
         job = PredictJob(model, uuid.uuid4().hex, batch_size, str(out.resolve()),
                          output_format, keep_input, device)  # fmt: skip
         store, key = _open_run_dir(run_dir, name, model, splits, job)
@@ -238,7 +253,7 @@ def predict(
                 for shard in iterator:
                     results.append(shard)
             except BaseException:  # the shards in flight were stopped on the way out
-                remove_temporaries(out)  # parts whose writing was cut short
+                remove_own_temporaries(out)  # parts whose writing was cut short
                 raise
         except ShardFailed as failed:
             raise failed.reraise()  # noqa: B904  (its cause is the user's exception)
@@ -375,7 +390,7 @@ def _finish(
     workers: int,
     started: float,
 ) -> PredictResult:
-    from paralela.mapreduce._output import remove_stale_parts, remove_temporaries
+    from paralela._output_dir import remove_own_temporaries, remove_stale
     from paralela.serving._predict_output import type_empty_parts, write_success
 
     fmt = job.fmt
@@ -388,8 +403,8 @@ def _finish(
                 "directory records it as written. Delete the run directory and run again."
             )
     files = [r.path for r in results]
-    remove_temporaries(out)
-    remove_stale_parts(out, files)
+    remove_own_temporaries(out)
+    remove_stale(out, [Path(f).name for f in files])
     if fmt == "parquet":
         type_empty_parts(files, [r.records for r in results])
     parts = [

@@ -8,6 +8,9 @@
     driver:  every shard done ──> empty Parquet parts typed like the others, stale parts of
                a former run removed, _SUCCESS (JSON: format, records, each part's source)
 
+The output directory is checked, claimed and finished by ``paralela._output_dir``: only
+the files paralela recorded there as its own are ever replaced or removed.
+
 A row holds ``shard`` (the part's number: the shard it was read from), ``row`` (the
 record's position in the shard, from 0), ``input`` (the record as read; left out with
 ``keep_input=False``) and ``output`` (what ``predict`` returned for it). Parts in name
@@ -24,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from paralela._files import atomic_write
+from paralela._output_dir import finish_output_dir, temp_prefix
 from paralela.errors import MissingExtraError
 from paralela.mapping._task import short_repr
 from paralela.serving._model import ModelError
@@ -33,7 +36,6 @@ __all__ = ["FORMATS", "ShardWriter", "part_path", "type_empty_parts", "write_suc
 
 #: Output formats and the extension of their part files.
 FORMATS = {"jsonl": "jsonl", "parquet": "parquet"}
-SUCCESS_NAME = "_SUCCESS"
 # Rows per Parquet row group written at once: large enough that the per-group cost
 # vanishes, small enough that a worker holds few outputs (embeddings) in memory.
 _PARQUET_ROWS = 8192
@@ -186,18 +188,18 @@ def type_empty_parts(paths: Sequence[str], rows: Sequence[int]) -> None:
     schema = pa.parquet.read_schema(typed)
     for path, n in zip(paths, rows, strict=True):
         if not n:
-            with replacing(path) as f:
+            with replacing(path, temp_prefix(Path(path).parent)) as f:
                 pa.parquet.ParquetWriter(f, schema).close()
 
 
 def write_success(directory: Path, fmt: str, model: str, parts: Sequence[dict[str, Any]]) -> None:
     """``directory/_SUCCESS``, written last: JSON naming the model, the format, and each
-    part's file, source (the shard's file and range) and records."""
+    part's file, source (the shard's file and range) and records. paralela's own files
+    that are not these parts (a former run's) and its temp files are removed first."""
     data = {
         "model": model,
         "format": fmt,
         "records": sum(int(p["records"]) for p in parts),
         "parts": list(parts),
     }
-    text = json.dumps(data, indent=1, allow_nan=False, default=str)
-    atomic_write(directory / SUCCESS_NAME, (text + "\n").encode())
+    finish_output_dir(directory, [str(p["file"]) for p in parts], data)

@@ -241,6 +241,7 @@ def predict_shard(job: PredictJob, split: Split) -> ShardResult:
             shard cannot be read (an :class:`InputError` naming the file and line).
     """
     from paralela._files import replacing
+    from paralela._output_dir import temp_prefix
 
     started = time.perf_counter()
     try:
@@ -257,7 +258,7 @@ def predict_shard(job: PredictJob, split: Split) -> ShardResult:
         return describe_records(split, first, last)
 
     try:
-        with replacing(path) as f:
+        with replacing(path, temp_prefix(job.output)) as f:
             writer = ShardWriter(f, job.fmt, split.index, job.keep_input, model.name, where)
             schema = getattr(job.model, "input_model", None)
             for batch in batches(read_split_batches(split), job.batch_size):
