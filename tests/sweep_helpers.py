@@ -248,6 +248,19 @@ def two_objectives(params: dict[str, Any]) -> tuple[float, float]:
     return x * x, math.sin(x)
 
 
+def worse_than_seeded(trial: Any) -> float:
+    """An Optuna objective as the pruning examples write it, worse at every step than
+    the trials of :func:`seed_study`: a median pruner past its start-up trials stops it."""
+    import optuna
+
+    trial.suggest_float("x", 0.0, 1.0)
+    for step in range(3):
+        trial.report(100.0, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return 100.0
+
+
 def modules_loaded(params: dict[str, Any]) -> float:
     """Notes whether Optuna is loaded in this worker (a trial that reports nothing needs
     no Optuna, nor its start-up time)."""

@@ -19,7 +19,9 @@ from typing import Any
 
 import optuna
 import pytest
+import sweep_helpers
 from optuna.trial import TrialState
+from sweep_helpers import seed_study
 
 import paralela
 from paralela.errors import ConfigError
@@ -92,9 +94,7 @@ def test_optunas_pytorch_example_runs_unchanged_from_the_command_line(tmp_path: 
             "--trials",
             "6",
             "--direction",
-            "maximize",
-            "--pruner",
-            "median",
+            "maximize",  # its pruner: Optuna's default, as published
             "--seed",
             "0",
             "--run-dir",
@@ -260,6 +260,71 @@ def test_optuna_trial_pruned_from_a_params_objective_is_pruned_not_failed(
     )
     states = {t.params["x"]: t.state for t in result.trials}
     assert states == {0.25: "COMPLETE", 0.75: "PRUNED"}
+
+
+# -- the default pruner: Optuna's own ---------------------------------------------------
+
+
+def _seeded_study(run_dir: Path) -> str:
+    """Five good finished trials (Optuna's MedianPruner() starts pruning after five)."""
+    seed_study(run_dir, "seeded", n=5)
+    return f"sqlite:///{run_dir.resolve() / 'study.db'}"
+
+
+@pytest.mark.slow
+def test_an_optuna_objective_gets_optunas_default_pruner(tmp_path: Path) -> None:
+    """As with ``optuna.create_study()``: MedianPruner(), pruning from the first step."""
+    reference = optuna.load_study(study_name="seeded", storage=_seeded_study(tmp_path / "o"))
+    reference.optimize(sweep_helpers.worse_than_seeded, n_trials=2)
+    _seeded_study(tmp_path / "run")
+    result = paralela.sweep(
+        sweep_helpers.worse_than_seeded,
+        n_trials=7,
+        workers=1,
+        run_dir=tmp_path / "run",
+        study_name="seeded",
+        progress=False,
+        plots=False,
+    )
+    ran, expected = result.trials[5:], reference.trials[5:]
+    assert [t.state for t in ran] == [t.state.name for t in expected] == ["PRUNED"] * 2
+    steps = [sorted(t.intermediate) for t in ran]
+    assert steps == [sorted(t.intermediate_values) for t in expected] == [[0], [0]]
+
+
+def test_pruner_none_turns_the_default_pruner_off(tmp_path: Path) -> None:
+    _seeded_study(tmp_path / "run")
+    result = paralela.sweep(
+        sweep_helpers.worse_than_seeded,
+        n_trials=6,
+        pruner="none",
+        run_dir=tmp_path / "run",
+        study_name="seeded",
+        progress=False,
+        plots=False,
+    )
+    assert result.trials[5].state == "COMPLETE"
+
+
+@pytest.mark.slow
+def test_the_command_line_gives_an_optuna_objective_optunas_default_pruner(
+    tmp_path: Path,
+) -> None:
+    _seeded_study(tmp_path / "run")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "paralela", "sweep", "--function",
+         "sweep_helpers:worse_than_seeded", "--trials", "6", "--study", "seeded",
+         "--run-dir", "run", "--no-progress", "--no-plots"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = json.loads((tmp_path / "run" / "trials.json").read_text())["trials"]
+    assert trials[5]["state"] == "PRUNED"
 
 
 def suggests_nothing_returns_none(trial: optuna.Trial) -> None:

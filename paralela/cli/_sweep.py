@@ -85,8 +85,13 @@ def sweep(
         str, typer.Option(help="tpe, random, grid, cmaes, gp, nsga2, nsga3, qmc.")
     ] = "tpe",
     pruner: Annotated[
-        str, typer.Option(help="none, median, percentile, halving, hyperband.")
-    ] = "none",
+        str | None,
+        typer.Option(
+            help="none, median, percentile, halving, hyperband. Default: none; for an "
+            "Optuna objective(trial), Optuna's default (MedianPruner()).",
+            show_default=False,
+        ),
+    ] = None,
     run_dir: Annotated[
         Path | None,
         typer.Option("--run-dir", "-d", help="Default: paralela-runs/<study name>."),

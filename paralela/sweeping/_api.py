@@ -176,9 +176,12 @@ def sweep(
         direction: ``"minimize"``, ``"maximize"``, or one per objective.
         sampler: ``"tpe"`` (default), ``"random"``, ``"grid"``, ``"cmaes"``, ``"gp"``,
             ``"nsga2"``, ``"nsga3"``, ``"qmc"``, or an Optuna sampler.
-        pruner: ``None``, ``"median"``, ``"percentile"``, ``"halving"``,
-            ``"hyperband"``, or an Optuna pruner. A pruned command is stopped with
-            SIGTERM, then SIGKILL after ``grace_period`` seconds.
+        pruner: ``"none"``, ``"median"``, ``"percentile"``, ``"halving"``,
+            ``"hyperband"``, or an Optuna pruner. Default (``None``): no pruning; for an
+            Optuna objective, Optuna's own default, ``MedianPruner()`` (as
+            ``optuna.create_study()``; ``"none"`` turns it off). A pruned command's
+            process group is stopped with SIGTERM, then SIGKILL after ``grace_period``
+            seconds.
         run_dir: the sweep's directory (database, one log per trial, exports, plots);
             default ``paralela-runs/<study name>``. Running again continues the sweep;
             a run directory that holds another sweep (another objective or space) is
@@ -301,7 +304,12 @@ def sweep(
 
     optuna = _optuna()
     sampler_obj = make_sampler(sampler, seed=seed, grid=grid) if sampler_name else sampler
-    pruner_obj = make_pruner(pruner) if pruner is None or isinstance(pruner, str) else pruner
+    if pruner is None and by_run:  # as optuna.create_study(): its examples prune as published
+        pruner_obj = optuna.pruners.MedianPruner()
+    elif pruner is None or isinstance(pruner, str):
+        pruner_obj = make_pruner(pruner)
+    else:
+        pruner_obj = pruner
     root = Path(run_dir) if run_dir is not None else Path("paralela-runs") / name
     with storage_errors(root):  # a full disk, a read-only run directory: one paragraph
         make_dirs(root / "trials")
