@@ -487,3 +487,47 @@ def test_grids_written_for_grid_search_cv_run_unchanged(tmp_path: Path) -> None:
         assert not isinstance(result.best_estimator.get_params()["model"], str)
     else:
         assert isinstance(result.best_estimator.hidden_layer_sizes, tuple)
+
+
+def test_a_list_of_grids_runs_as_grid_search_cvs_param_grid(tmp_path: Path) -> None:
+    """scikit-learn's examples/model_selection/plot_grid_search_digits.py: SVC with two
+    kernels, each with a grid of its own, as it is (on 300 digits, 3 folds)."""
+    from sklearn.svm import SVC
+
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:300], y[:300]
+    tuned_parameters = [
+        {"kernel": ["rbf"], "gamma": [1e-3, 1e-4], "C": [1, 10, 100, 1000]},
+        {"kernel": ["linear"], "C": [1, 10, 100, 1000]},
+    ]
+    result = paralela.compare(
+        {"svc": (SVC(), tuned_parameters)}, X, y, cv=3, workers=2, run_dir=tmp_path / "r"
+    )
+    search = GridSearchCV(SVC(), tuned_parameters, cv=3).fit(X, y)
+    assert [c.params for c in result.candidates] == search.cv_results_["params"]
+    means = search.cv_results_["mean_test_score"]
+    assert [c.mean for c in result.candidates] == pytest.approx(list(means), abs=1e-9)
+    stds = search.cv_results_["std_test_score"]
+    assert [c.std for c in result.candidates] == pytest.approx(list(stds), abs=1e-9)
+    assert result.best is not None
+    assert result.best.number == search.best_index_
+    refit, expected = result.best_estimator.get_params(), search.best_estimator_.get_params()
+    assert (refit.pop("random_state"), expected.pop("random_state")) == (0, None)  # seeded
+    assert refit == expected
+
+
+def test_a_list_of_grids_is_sampled_one_grid_then_its_parameters(tmp_path: Path) -> None:
+    """As RandomizedSearchCV takes a list of distributions: a grid is drawn, then its
+    parameters; each candidate holds the estimator's parameters only."""
+    X, y = load_wine(return_X_y=True)
+    grids = [
+        {"n_neighbors": {"type": "int", "low": 1, "high": 30}, "weights": ["distance"]},
+        {"n_neighbors": [3], "p": {"type": "float", "low": 1.0, "high": 2.0}},
+    ]
+    result = paralela.compare(
+        {"knn": (KNeighborsClassifier(), grids)},
+        X, y, cv=2, n_trials=6, sampler="random", seed=3, run_dir=tmp_path / "r", refit=False,
+    )  # fmt: skip
+    assert [c.state for c in result.candidates] == ["COMPLETE"] * 6
+    keys = {tuple(sorted(c.params)) for c in result.candidates}
+    assert keys == {("n_neighbors", "weights"), ("n_neighbors", "p")}

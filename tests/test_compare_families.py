@@ -71,6 +71,27 @@ def test_a_grid_of_lists_becomes_grid_parameters() -> None:
     assert (built.C, built.kernel) == (10.0, "linear")
 
 
+def test_a_list_of_grids_is_parameter_grids_candidates_in_its_order() -> None:
+    """As GridSearchCV's param_grid: each grid in turn, its names sorted, the last one
+    fastest; a candidate holds the estimator's parameters only. A point in two grids is
+    one candidate."""
+    grids = [
+        {"kernel": ["rbf"], "gamma": [1e-3, 1e-4], "C": [1, 10]},
+        {"kernel": ["linear"], "C": [1, 10]},
+        {"kernel": ["linear"], "C": [10]},
+    ]
+    (family,) = families_from({"svc": (SVC(), grids)}, classification=True)
+    from sklearn.model_selection import ParameterGrid
+
+    from paralela.comparing._candidates import family_grid
+
+    assert family_grid(family.space) == list(ParameterGrid(grids[:2]))
+    built = family.make({"C": 10, "kernel": "linear"})
+    assert (built.C, built.kernel) == (10, "linear")
+    (one,) = families_from({"svc": (SVC(), grids[1:2])}, classification=True)
+    assert one.space.params == (Grid("kernel", ("linear",)), Grid("C", (1, 10)))
+
+
 def test_a_grid_may_hold_space_entries() -> None:
     (family,) = families_from(
         {
@@ -322,8 +343,12 @@ def test_bad_inputs() -> None:
         families_from({"a.b": SVC()}, classification=True)
     with pytest.raises(ConfigError, match=r"\(estimator_or_factory, grid\), got 3"):
         families_from({"s": (SVC(), {}, 1)}, classification=True)
-    with pytest.raises(ConfigError, match=r"a list of grids"):
-        families_from({"s": (SVC(), [{"C": [1]}])}, classification=True)
+    with pytest.raises(ConfigError, match=r"Family 's': grid 2 of the list is a str"):
+        families_from({"s": (SVC(), [{"C": [1]}, "C=2"])}, classification=True)
+    with pytest.raises(ConfigError, match=r"Family 's': the list of grids is empty"):
+        families_from({"s": (SVC(), [])}, classification=True)
+    with pytest.raises(ConfigError, match=r"Family 's': SVC instance has no parameter 'gama'"):
+        families_from({"s": (SVC(), [{"C": [1]}, {"gama": [1]}])}, classification=True)
     with pytest.raises(ConfigError, match=r"Family 's'.*low"):
         families_from(
             {"s": (SVC(), {"C": {"type": "float", "low": 2, "high": 1}})}, classification=True

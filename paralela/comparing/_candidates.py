@@ -14,12 +14,12 @@ tasks first leave the shortest for the end, where they fill the last gaps).
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from paralela.comparing._grids import plain_params, points
 from paralela.comparing._store import FoldLog, candidate_key
 from paralela.errors import ConfigError
 
@@ -70,17 +70,9 @@ def is_finite(space: Space) -> bool:
 
 def family_grid(space: Space) -> list[dict[str, Any]]:
     """Every grid point of one family, fixed values added: in ``ParameterGrid``'s order
-    (names sorted, the last one fastest), or :meth:`Space.grid`'s for a family whose
-    space has choices of its own."""
-    if space.conditional:
-        return space.grid()
-    axes = space.grid_axes()
-    names = sorted(axes)
-    fixed = space.fixed()
-    return [
-        {**fixed, **dict(zip(names, combo, strict=True))}
-        for combo in itertools.product(*(axes[n] for n in names))
-    ]
+    (each grid of a list in turn, names sorted, the last one fastest), or
+    :meth:`Space.grid`'s for a family whose space has choices of its own."""
+    return points(space)
 
 
 class _Order:
@@ -146,12 +138,13 @@ class GridSource:
 
 def suggest(trial: Any, space: Space) -> tuple[str, dict[str, Any]]:
     """Sample a family and its parameters on ``trial``, define-by-run over the
-    conditional space :func:`choice_space`: ``model``, then ``"<family>.<name>"``."""
+    conditional space :func:`choice_space`: ``model``, then ``"<family>.<name>"`` (for
+    a list of grids: the grid, then its parameters; the family's are returned plain)."""
     from paralela.sweeping._space import branch_params
 
     flat = space.sample(trial)
     family = str(flat[MODEL])
-    return family, branch_params(flat, family)
+    return family, plain_params(branch_params(flat, family))
 
 
 def choice_space(families: Sequence[Family]) -> Space:

@@ -195,6 +195,7 @@ def first_candidate(family: Family) -> dict[str, Any]:
     """Parameters of one of the family's candidates: its first grid point, or one drawn
     from its space (on a trial of a throwaway in-memory study, seeded)."""
     from paralela.comparing._candidates import family_grid, is_finite
+    from paralela.comparing._grids import plain_params
 
     if is_finite(family.space):
         return family_grid(family.space)[0]
@@ -202,7 +203,7 @@ def first_candidate(family: Family) -> dict[str, Any]:
 
     optuna = _optuna()
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    return {**family.space.fixed(), **family.space.sample(study.ask())}
+    return plain_params({**family.space.fixed(), **family.space.sample(study.ask())})
 
 
 def scoring_name(scoring: Any) -> str:

@@ -3,7 +3,7 @@
 ::
 
     {name: estimator | class | factory | "module:Name" | alias}        one candidate each
-    {name: (estimator_or_factory, grid)}                                 a grid or a space
+    {name: (estimator_or_factory, grid)}        a grid, a list of grids or a space (_grids)
     Space / mapping / YAML-TOML file with one top-level choice  ──> one family per option
           (option -> the file's ``estimators:`` entry, else a built-in alias)
                                    │
@@ -33,21 +33,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from paralela.comparing._grids import GRIDS, grid_space
 from paralela.errors import ConfigError
 from paralela.sweeping._space import (
     Choice,
-    Grid,
-    Param,
     Space,
     load_sweep_file,
-    space_from_dict,
     sweep_from_dict,
 )
 
 __all__ = ["ALIASES", "DEFAULT_SEED", "Family", "families_from", "resolve_estimator"]
 
 DEFAULT_SEED = 0  # random_state given to estimators that take one and were left unseeded
-_SCALARS = (type(None), bool, int, float, str)  # grid values Optuna stores as they are
 
 # alias -> (classifier, regressor); None where the alias has no such estimator
 ALIASES: dict[str, tuple[str | None, str | None]] = {
@@ -145,28 +142,6 @@ def _decoded(labels: Mapping[str, Any] | None, value: Any) -> Any:
     return labels.get(value, value)
 
 
-def _grid_axis(name: str, values: Sequence[Any]) -> tuple[Grid, dict[str, Any]]:
-    """One axis of a scikit-learn grid. Values Optuna can store (numbers, strings,
-    booleans, None) stay as they are; any other (``(64,)`` for ``hidden_layer_sizes``,
-    an estimator for a pipeline step) goes by its ``repr`` as a label, turned back into
-    the value itself when the estimator is built."""
-    labels: dict[str, Any] = {}
-    shown: list[Any] = []
-    taken = {v for v in values if isinstance(v, str)}
-    for value in values:
-        if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
-            value = value.item()  # np.int64(3), np.float32(0.1): the number
-        if isinstance(value, _SCALARS):
-            shown.append(value)
-            continue
-        label = repr(value)
-        while label in taken or label in labels:
-            label += "'"  # a string value spelt like the repr: keep them apart
-        labels[label] = value
-        shown.append(label)
-    return Grid(name, tuple(shown)), labels
-
-
 def _leaf(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
@@ -260,36 +235,6 @@ def _import(spec: str, who: str) -> Any:
 # -- the space of one family ---------------------------------------------------------
 
 
-def _grid_space(family: str, grid: Any) -> tuple[Space, dict[str, dict[str, Any]]]:
-    """A scikit-learn param grid (``{param: [values]}``, lists are grid axes) or
-    space-file entries (``{C: {type: float, ...}}``), or a Space; and the labels of grid
-    values that go by their ``repr`` (:func:`_grid_axis`)."""
-    if grid is None:
-        return Space(()), {}
-    if isinstance(grid, Space):
-        return grid, {}
-    if not isinstance(grid, Mapping):
-        kind = "a list of grids" if isinstance(grid, (list, tuple)) else type(grid).__name__
-        raise ConfigError(
-            f"Family {family!r}: the grid must be a mapping of parameter to values "
-            f"({{'C': [0.1, 1, 10]}}) or of parameter to space entry, got {kind}. For "
-            "several grids of one estimator, give each its own family name."
-        )
-    params: list[Param] = []
-    labels: dict[str, dict[str, Any]] = {}
-    for name, values in grid.items():
-        try:
-            if isinstance(values, (list, tuple)) or hasattr(values, "tolist"):
-                # a list, or an array (np.logspace(-3, 3, 7)) as GridSearchCV takes it
-                axis, labels[name] = _grid_axis(name, list(values))
-                params.append(axis)
-            else:
-                params.extend(space_from_dict({name: values}, source=f"family {family!r}").params)
-        except ConfigError as exc:
-            raise ConfigError(f"Family {family!r}: {exc}") from None
-    return Space(tuple(params)), {k: v for k, v in labels.items() if v}
-
-
 def _branch_space(option: Any) -> Space:
     if option is None:
         return Space(())
@@ -302,7 +247,8 @@ def _param_names(space: Space) -> list[str]:
     """The estimator parameters a space sets: leaf names, nested choices walked."""
     names: list[str] = []
     for p in space.params:
-        names.append(p.name)
+        if p.name != GRIDS:  # the choice among a list of grids is no parameter
+            names.append(p.name)
         if isinstance(p, Choice):
             for option in p.options.values():
                 names.extend(_param_names(_branch_space(option)))
@@ -445,7 +391,7 @@ def _from_estimators(
             target, grid = value
         if isinstance(target, str):
             target = resolve_estimator(target, classification=classification, family=str(name))
-        space, values = _grid_space(str(name), grid)
+        space, values = grid_space(str(name), grid)
         families.append(_family(name, target, space, seed, values))
     return families
 
