@@ -127,10 +127,30 @@ class Server:
                 self.process.stderr.close()
 
 
-def start(spec: str, *args: str, env: dict[str, str] | None = None, port: int = 0) -> Server:
-    """Start ``paralela serve SPEC ARGS`` from the tests directory; returns at once."""
+#: ``python -c`` code that sets this process's file descriptor limit (soft and hard: it
+#: cannot be raised again) to its first argument, then runs ``python -m paralela`` with
+#: the rest: a server that runs out of descriptors after a few hundred connections.
+_WITH_NOFILE = (
+    "import resource, runpy, sys; n = int(sys.argv.pop(1)); "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+    "runpy.run_module('paralela', run_name='__main__', alter_sys=True)"
+)
+
+
+def start(
+    spec: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    port: int = 0,
+    nofile: int | None = None,
+) -> Server:
+    """Start ``paralela serve SPEC ARGS`` from the tests directory; returns at once.
+    ``nofile``: the server's limit of open file descriptors."""
+    python = [sys.executable, "-m", "paralela"]
+    if nofile is not None:
+        python = [sys.executable, "-c", _WITH_NOFILE, str(nofile)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "paralela", "serve", spec, "--port", str(port), *args],
+        [*python, "serve", spec, "--port", str(port), *args],
         cwd=TESTS,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         stdin=subprocess.DEVNULL,

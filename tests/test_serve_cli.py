@@ -73,7 +73,8 @@ def test_listening_beyond_this_machine_without_a_token_warns() -> None:
         while "ready on" not in server.stderr:
             assert time.monotonic() < deadline, server.stderr
             time.sleep(0.05)
-        assert "with no --token-file" in server.stderr
+        assert "listening on 0.0.0.0 with no token (token=, --token-file)" in server.stderr
+        assert "Warning" not in server.stderr, "one line, not Python's warning format"
     finally:
         server.stop()
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -43,6 +44,11 @@ def _read_token(path: Path) -> str:
     if not token or not token[0].strip():
         fail(f"The token file {path} is empty; put the token on its first line.", EXIT_USAGE)
     return token[0].strip()
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *args: object,
+                  **kwargs: object) -> None:  # fmt: skip
+    typer.echo(str(message), err=True)
 
 
 def _parse_bytes(text: str) -> int:
@@ -119,6 +125,25 @@ def serve_command(
     max_body: Annotated[
         str, typer.Option("--max-body", metavar="SIZE", help="The largest request body.")
     ] = "1MiB",
+    read_timeout: Annotated[
+        float,
+        typer.Option(
+            "--read-timeout",
+            help="Seconds a client has to send a whole request (headers and body); beyond, "
+            "408 and its connection is closed.",
+        ),
+    ] = 30.0,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            "--max-connections",
+            min=1,
+            help="Connections open at once, at most; beyond, the one that has waited "
+            "longest without a whole request is closed. Default: 10,000, or what the file "
+            "descriptor limit (ulimit -n) allows.",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[
         str,
         typer.Option("--log-level", help="uvicorn's log level; 'info' logs every request."),
@@ -126,32 +151,31 @@ def serve_command(
 ) -> None:
     """Serve a model class; see ``SERVE_HELP``. Exits through :class:`typer.Exit` with
     the codes of :mod:`paralela.cli._errors`."""
-    from paralela.serving._serve import serve
+    from paralela.serving._serve import ExposedServerWarning, serve
 
     cls = load_model(model)
     token = _read_token(token_file) if token_file is not None else None
-    if host not in ("127.0.0.1", "localhost", "::1") and token is None:
-        typer.echo(
-            f"paralela serve: listening on {host} with no --token-file: anyone who reaches "
-            "this machine can use the model.",
-            err=True,
-        )
     try:
-        serve(
-            cls,
-            host=host,
-            port=port,
-            workers=workers,
-            workers_per_device=workers_per_device,
-            gpus=gpus,
-            max_batch=max_batch,
-            max_wait_ms=max_wait_ms,
-            max_queue=max_queue,
-            timeout=timeout,
-            token=token,
-            max_body_bytes=_parse_bytes(max_body),
-            log_level=log_level,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", ExposedServerWarning)
+            warnings.showwarning = _show_warning  # one line on stderr, not Python's two
+            serve(
+                cls,
+                host=host,
+                port=port,
+                workers=workers,
+                workers_per_device=workers_per_device,
+                gpus=gpus,
+                max_batch=max_batch,
+                max_wait_ms=max_wait_ms,
+                max_queue=max_queue,
+                timeout=timeout,
+                token=token,
+                max_body_bytes=_parse_bytes(max_body),
+                read_timeout=read_timeout,
+                max_connections=max_connections,
+                log_level=log_level,
+            )
     except (ConfigError, MissingExtraError) as exc:
         fail(str(exc), EXIT_USAGE)
     except ModelError as exc:

@@ -6,7 +6,10 @@ batching.
     serve(Model)
       check_model, options ──> ConfigError before anything starts
       slots = worker_slots(...)        one per GPU (x workers_per_device), or CPU shares
-      socket bound on host:port        127.0.0.1 unless told otherwise; port 0: a free one
+      socket bound on host:port        127.0.0.1 unless told otherwise (elsewhere without a
+                                       token: a warning); port 0: a free one
+      connections (_serve_http)        each request read within read_timeout (else 408), at
+                                       most max_connections open within the descriptor limit
       uvicorn ── lifespan: WorkerPool.start() ── workers set up in the background
           /health 503 "starting" until every worker is ready, then the ready line on stderr
       SIGINT / SIGTERM ──> stop accepting, answer every request in flight, stop the workers,
@@ -19,13 +22,14 @@ import contextlib
 import math
 import socket
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from paralela.errors import ConfigError, MissingExtraError
 from paralela.serving._model import ModelError, check_model
 
-__all__ = ["CPUS_PER_WORKER", "serve"]
+__all__ = ["CPUS_PER_WORKER", "ExposedServerWarning", "serve"]
 
 #: Without GPUs, a worker per this many CPUs by default: a batched model uses threads
 #: well, and the server's event loop needs a CPU too. On 2 CPUs one worker with 2 threads
@@ -35,6 +39,11 @@ __all__ = ["CPUS_PER_WORKER", "serve"]
 #: its core, so beside other load (bench_serve.py's crowded run) --workers N with one
 #: thread each degrades more gently.
 CPUS_PER_WORKER = 4
+
+
+class ExposedServerWarning(UserWarning):
+    """``serve`` listens beyond this machine with no token: anyone who reaches it may use
+    the model."""
 
 
 def serve(
@@ -51,6 +60,8 @@ def serve(
     timeout: float = 30.0,
     token: str | None = None,
     max_body_bytes: int = 1 << 20,
+    read_timeout: float = 30.0,
+    max_connections: int | None = None,
     log_level: str = "warning",
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
@@ -65,7 +76,8 @@ def serve(
             ``setup(self, device)``, ``input_model`` and ``output_model`` (pydantic
             models: the body is validated against them, and ``/docs`` shows them).
         host: the address to listen on; the default answers this machine only. Give
-            ``0.0.0.0`` to expose the server (with a ``token``).
+            ``0.0.0.0`` to expose the server (with a ``token``: without one, an
+            :class:`ExposedServerWarning`).
         port: the TCP port; 0 takes a free one (the ready line names it).
         workers: model worker processes. Default: one per GPU times
             ``workers_per_device``; without GPUs, one per 4 CPUs (at least one), each
@@ -82,24 +94,36 @@ def serve(
         token: when set, ``/predict`` and ``/metrics`` require the header
             ``Authorization: Bearer <token>`` (compared in constant time).
         max_body_bytes: the largest request body; larger ones get 413.
+        read_timeout: seconds a client has to send a whole request, headers and body, from
+            its connection (or, on a kept-alive one, from the request's first byte);
+            beyond, it gets 408 and its connection is closed.
+        max_connections: the most connections open at once. Beyond, the connection that
+            has waited longest without sending a whole request (or idles between two) is
+            closed for the new one, so stalled clients never keep others out. Default:
+            10,000, or what the file descriptor limit allows (the soft limit is raised to
+            the hard one as far as needed).
         log_level: uvicorn's log level (``"info"`` logs each request).
         on_ready: called with the server's URL once every worker has finished setup
             (default: a line on stderr).
 
     Raises:
-        ConfigError: a bad model class or option, or the port is taken.
+        ConfigError: a bad model class or option, the port is taken, or
+            ``max_connections`` does not fit in the file descriptor limit.
         MissingExtraError: FastAPI or uvicorn is not installed.
         ModelError: a worker's setup failed at start (the server stops).
     """
     check_model(model)
     _check_options(max_batch, max_wait_ms, max_queue, timeout, max_body_bytes, port)
+    _check_connections(read_timeout, max_connections)
     try:
         import fastapi  # noqa: F401
+        import httptools  # noqa: F401  (the HTTP parser the connection limits are made on)
         import uvicorn
     except ImportError as exc:
         raise MissingExtraError(exc.name or "fastapi", "serve", "paralela serve") from exc
     from paralela.serving._serve_app import ServeOptions, build_app
     from paralela.serving._serve_batcher import Batcher
+    from paralela.serving._serve_http import connection_limits, guarded_protocol, is_loopback
     from paralela.serving._serve_metrics import Metrics
     from paralela.serving._serve_pool import WorkerPool, worker_envs
     from paralela.serving._slots import worker_slots
@@ -111,7 +135,15 @@ def serve(
         option="workers_per_device",
         cpus_per_worker=CPUS_PER_WORKER,
     )
-    sock = _bind(host, port)
+    if token is None and not is_loopback(_resolve(host, port)[3]):
+        warnings.warn(
+            f"paralela serve: listening on {host} with no token (token=, --token-file): "
+            "anyone who reaches this machine can use the model.",
+            ExposedServerWarning,
+            stacklevel=2,
+        )
+    limits = connection_limits(max_connections, read_timeout, len(slots))
+    sock = _bind(host, port, limits.backlog)
     url = _url(host, sock.getsockname()[1])
     batcher = Batcher(max_batch, max_wait_ms / 1000, max_queue)
     metrics = Metrics()
@@ -138,6 +170,8 @@ def serve(
         log_level=log_level,
         access_log=log_level in ("debug", "trace", "info"),
         lifespan="on",
+        http=guarded_protocol(limits),
+        backlog=limits.backlog,
         timeout_graceful_shutdown=math.ceil(timeout) + 5,
         server_header=False,
     )
@@ -205,23 +239,35 @@ def _check_options(max_batch: int, max_wait_ms: float, max_queue: int, timeout: 
         raise ConfigError(f"timeout must be more than 0 seconds, got {timeout!r}.")
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _check_connections(read_timeout: float, max_connections: int | None) -> None:
+    if (
+        isinstance(read_timeout, bool)
+        or not isinstance(read_timeout, (int, float))
+        or not 0 < read_timeout < math.inf
+    ):
+        raise ConfigError(f"read_timeout must be a finite number of seconds above 0, got "
+                          f"{read_timeout!r}.")  # fmt: skip
+    if max_connections is not None and (
+        isinstance(max_connections, bool)
+        or not isinstance(max_connections, int)
+        or max_connections < 1
+    ):
+        raise ConfigError(f"max_connections must be an integer of at least 1, got "
+                          f"{max_connections!r}.")  # fmt: skip
+
+
+def _bind(host: str, port: int, backlog: int) -> socket.socket:
     """A listening socket on ``host:port``.
 
     Raises:
         ConfigError: the address is unknown here or the port is taken.
     """
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except socket.gaierror as exc:
-        raise ConfigError(f"host {host!r} is not an address of this machine ({exc}).") from None
+    family, kind, proto, address = _resolve(host, port)
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
-        sock.listen(2048)
+        sock.listen(backlog)
     except OSError as exc:
         sock.close()
         raise ConfigError(
@@ -230,6 +276,21 @@ def _bind(host: str, port: int) -> socket.socket:
         ) from None
     sock.set_inheritable(True)
     return sock
+
+
+def _resolve(host: str, port: int) -> tuple[Any, Any, int, Any]:
+    """The family, socket type, protocol and address to listen on ``host:port``.
+
+    Raises:
+        ConfigError: the address is unknown here.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise ConfigError(f"host {host!r} is not an address of this machine ({exc}).") from None
+    return family, kind, proto, address
 
 
 def _url(host: str, port: int) -> str:

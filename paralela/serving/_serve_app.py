@@ -9,7 +9,9 @@
                           JSON, 415 not sent as JSON, 413 too large,
                           503 + Retry-After queue full or worker died, 504 timed out,
                           500 the model failed on this input
-                          (a LitServe LitAPI class: the whole body in, its whole answer out)
+                          (a LitServe LitAPI class: the whole body in, validated first
+                          when decode_request takes a pydantic model; its whole answer out)
+                          JSON is strict: NaN and Infinity are a 422
           GET  /health    200 ready (or degraded: some workers restarting or past the
                           timeout on a batch), 503 starting or unavailable
           GET  /metrics   Prometheus text
@@ -35,6 +37,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from starlette.requests import ClientDisconnect
 
 from paralela.serving._litapi import is_litapi, request_model, response_model
 from paralela.serving._model import model_name
@@ -149,6 +152,8 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
                                            "ctx": {"error": exc.msg}}]})  # fmt: skip
         except ValueError as exc:
             return _json(400, {"error": f"the body is not JSON text (UTF-8): {exc}"})
+        except ClientDisconnect:  # closed before its body came (timed out): nobody reads this
+            return _json(400, {"error": "the connection closed before the body arrived"})
         return await answer([body], False, True)
 
     async def predict_litapi_typed(body: Any) -> Response:
