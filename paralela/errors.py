@@ -24,7 +24,8 @@ Every error says what happened, what is allowed, and what to do::
     └── MissingExtraError (ImportError) an optional dependency is not installed
 
 (``StageError`` and ``VerificationError`` live in ``paralela.staging``, next to the code
-that raises them, as ``SweepError`` in ``paralela.sweeping``, ``ScalingError`` in
+that raises them, as ``SweepError`` in ``paralela.sweeping``, ``CompareError`` (no
+candidate of a comparison completed) in ``paralela.comparing``, ``ScalingError`` in
 ``paralela.scaling``, ``ModelError`` (a served or predicting model failed) in
 ``paralela.serving`` and the Slurm backend's ``SlurmCommandError`` in
 ``paralela.backends.slurm``.)
