@@ -39,6 +39,8 @@ def _serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         (["no_such_module:Model"], "No module named 'no_such_module'"),
         (["serve_helpers:Echo", "--max-body", "lots"], "--max-body"),
         (["serve_helpers:Echo", "--gpus", "none", "--workers-per-device", "2"], "shares GPUs"),
+        (["serve_helpers:Echo", "--read-timeout", "0"], "read_timeout must be"),
+        (["serve_helpers:Echo", "--max-connections", "1000000000"], "Raise the limit (ulimit -n)"),
     ],
 )
 def test_bad_options_exit_2_saying_what_to_change(args: list[str], says: str) -> None:

@@ -4,10 +4,12 @@ up the server's file descriptors nor keep real clients out."""
 
 from __future__ import annotations
 
+import functools
 import resource
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -152,3 +154,58 @@ def test_max_connections_must_fit_in_the_file_descriptor_limit(fds: int) -> None
     assert limits.max_connections + limits.backlog < soft
     with pytest.raises(ConfigError, match=r"ulimit -n.*--max-connections"):
         connection_limits(soft, 30.0, 2)
+
+
+def test_past_max_connections_with_every_one_awaiting_its_answer_a_new_one_gets_503() -> None:
+    """uvicorn's protocol with the limits, on a real socket, before an app that holds each
+    request until told: two connections whose requests it holds, a third is refused."""
+    import asyncio
+
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from paralela.serving._serve_http import ConnectionLimits, guarded_protocol
+
+    async def scenario() -> bytes:
+        arrived: asyncio.Queue[None] = asyncio.Queue()
+        release = asyncio.Event()
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                return
+            await arrived.put(None)
+            await release.wait()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", b"4")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": b"done"})
+
+        config = uvicorn.Config(app, http=guarded_protocol(ConnectionLimits(2, 16, 30.0)))
+        config.load()
+        state = ServerState()
+        protocol = functools.partial(config.http_protocol_class, config=config,
+                                     server_state=state, app_state={})  # fmt: skip
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(protocol, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        request = b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n"
+        held = []
+        for _ in range(2):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            await asyncio.wait_for(arrived.get(), 30)  # the app holds this one's request
+            held.append((reader, writer))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        refused = await asyncio.wait_for(reader.read(), 30)  # up to the server's close
+        writer.close()
+        release.set()
+        for held_reader, held_writer in held:
+            assert (await asyncio.wait_for(held_reader.read(4096), 30)).endswith(b"done")
+            held_writer.close()
+        server.close()
+        await server.wait_closed()
+        return refused
+
+    refused = asyncio.run(scenario())
+    assert refused.startswith(b"HTTP/1.1 503 "), refused
+    assert b"retry-after: 1" in refused
+    assert b"2 connections open" in refused
