@@ -63,7 +63,8 @@ def compare(
 
     Args:
         estimators_or_space: ``{name: estimator}``, ``{name: (estimator or factory,
-            grid)}``, a conditional :class:`~paralela.Space` (or its file) whose
+            grid)}`` (a grid, or a list of grids as ``GridSearchCV``'s ``param_grid``), a
+            conditional :class:`~paralela.Space` (or its file) whose
             ``Choice`` names the families, or a list of ``Family`` objects; see
             ``docs/compare.md``.
         X, y: the data set (anything scikit-learn's splitters and estimators take).

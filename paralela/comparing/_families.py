@@ -473,8 +473,9 @@ def families_from(
         estimators_or_space: ``{name: estimator}`` (one candidate each: the estimator as
             it is; an instance, a class, a factory function, an alias or
             ``"module:Name"``); ``{name: (estimator_or_factory, grid)}`` with a
-            scikit-learn grid (``{"C": [0.1, 1]}``: lists are grid axes) or space-file
-            entries (``{"C": {"type": "float", ...}}``); or a :class:`Space`, a mapping in
+            scikit-learn grid (``{"C": [0.1, 1]}``: lists are grid axes; or a list of
+            grids, as ``GridSearchCV``'s ``param_grid``) or space-file entries
+            (``{"C": {"type": "float", ...}}``); or a :class:`Space`, a mapping in
             the file form or the path of a YAML/TOML file whose one top-level choice names
             the families, each mapped to an estimator by the file's ``estimators:``
             setting or by a built-in alias (:data:`ALIASES`).
