@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -440,6 +441,41 @@ def test_a_session_it_starts_is_stopped_even_on_error(
             explode_on_boom, total, str(bad), engine="spark", master="local[1]", spark_conf=conf
         )
     assert SparkContext._active_spark_context is None
+
+
+def test_a_master_that_does_not_answer_fails_within_20_seconds(
+    spark_sessions: SparkSessions, corpus: tuple[Path, collections.Counter[str]]
+) -> None:
+    """Spark's own client tries a standalone master 3 times, 20 s apart, then stops the
+    context it returned (~65 s, then "Cannot call methods on a stopped SparkContext")."""
+    import socket
+
+    from pyspark import SparkContext
+
+    directory, _ = corpus
+    spark_sessions.stop()  # paralela starts the session on master=
+    with socket.socket() as closed:  # a port nothing listens on once closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    master = f"spark://127.0.0.1:{port}"
+    started = time.monotonic()
+    with pytest.raises(MapReduceError) as info:
+        paralela.mapreduce(words, total, str(directory), engine="spark", master=master)
+    assert time.monotonic() - started < 20
+    assert f"The Spark master {master} does not answer" in check_short(info.value)
+    assert "master='local[*]'" in str(info.value)
+    assert SparkContext._active_spark_context is None
+
+
+def test_a_spark_master_variable_not_understood_names_it(
+    monkeypatch: pytest.MonkeyPatch, corpus: tuple[Path, collections.Counter[str]]
+) -> None:
+    directory, _ = corpus
+    monkeypatch.setenv("PARALELA_SPARK_MASTER", "127.0.0.1:7077")
+    with pytest.raises(ConfigError) as info:
+        paralela.mapreduce(words, total, str(directory), engine="spark")
+    assert "PARALELA_SPARK_MASTER='127.0.0.1:7077' is not understood" in str(info.value)
+    assert "spark://HOST:PORT" in str(info.value)
 
 
 def test_without_pyspark_the_error_names_the_extra(
