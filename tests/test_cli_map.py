@@ -137,6 +137,18 @@ def leftovers(directory: Path) -> list[str]:
     return [p.name for p in directory.iterdir() if ".tmp-" in p.name]
 
 
+def kept_before_3(path: Path, result: Any = lambda x: x * 10) -> list[int]:
+    """The indices of the results a run stopped by item 3 kept in ``path``: each with its
+    right result, item 3 never among them (none kept: ``path`` was not written)."""
+    got = records(path) if path.exists() else []
+    assert all(r == {"index": r["index"], "item": r["index"], "result": result(r["index"])}
+               for r in got), got  # fmt: skip
+    indices = [r["index"] for r in got]
+    assert 3 not in indices
+    assert indices == sorted(indices)
+    return indices
+
+
 def strict_records(data: bytes) -> list[dict[str, Any]]:
     """The lines of ``data`` as any strict JSON reader sees them: UTF-8, no NaN."""
 
@@ -298,15 +310,24 @@ def test_run_dir_resumes_without_computing_again(workdir: Path) -> None:
 # -- exit codes -----------------------------------------------------------------------
 
 
-def test_exit_1_when_the_function_raises_and_no_output_is_written(workdir: Path) -> None:
+def test_exit_1_when_the_function_raises_keeps_the_results_before_it(workdir: Path) -> None:
     (workdir / "out.jsonl").write_text("previous results\n")
-    proc = paralela(workdir, "map", "tasks:fails_on_3", "-i", "items.jsonl", "-o", "out.jsonl")
+    proc = paralela(workdir, "map", "tasks:fails_on_3", "-i", "items.jsonl", "-o", "out.jsonl",
+                    "--workers", "1", "--chunksize", "1")  # fmt: skip
     assert proc.returncode == 1
-    assert "Error: ValueError in item 3 (3): cannot handle 3" in proc.stderr
+    assert proc.stderr.startswith("Error: ValueError in item 3 (3): cannot handle 3\n")
     assert "Remote traceback" in proc.stderr
     assert 'raise ValueError(f"cannot handle {x}")' in proc.stderr  # the user's frame
     assert 'Traceback (most recent call last):\n  File "<frozen runpy>"' not in proc.stderr
-    assert (workdir / "out.jsonl").read_text() == "previous results\n"  # untouched
+    # The ordered prefix that finished is written, as a finished run writes it (was:
+    # nothing, all of it lost without --run-dir).
+    assert records(workdir / "out.jsonl") == [
+        {"index": i, "item": i, "result": i * 10} for i in range(3)
+    ]
+    assert (
+        "The 3 results that finished (items 0-2) are in out.jsonl. With --run-dir DIR, "
+        "running again would skip them instead of computing them again."
+    ) in proc.stderr
     assert leftovers(workdir) == []
 
 
@@ -359,7 +380,7 @@ def test_exit_3_when_a_worker_dies_more_often_than_retries_allow(workdir: Path) 
     assert proc.returncode == 3, proc.stderr
     assert "died while running item 3: exit code 7; tried 1 time(s)" in proc.stderr
     assert "--retries" in proc.stderr
-    assert not (workdir / "out.jsonl").exists()
+    kept_before_3(workdir / "out.jsonl", lambda x: x)
 
 
 def test_exit_4_when_the_run_dir_belongs_to_another_function(workdir: Path) -> None:
@@ -403,7 +424,7 @@ def test_exit_1_when_the_function_raises_a_base_exception(
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.startswith(head), proc.stderr  # no traceback of the command itself
     assert "Remote traceback" in proc.stderr
-    assert not (workdir / "out.jsonl").exists()
+    kept_before_3(workdir / "out.jsonl", lambda x: x)
 
 
 def test_stdin_is_decoded_as_strictly_as_a_file(workdir: Path) -> None:
@@ -537,7 +558,7 @@ def test_exit_1_in_process_names_the_item_and_the_functions_frame(here: Path) ->
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith("Error: ValueError in item 3 (3): cannot handle 3\n")
     assert 'raise ValueError(f"cannot handle {x}")' in result.stderr
-    assert not (here / "out.jsonl").exists()
+    kept_before_3(here / "out.jsonl")  # those that came back before item 3 failed
 
 
 @pytest.mark.parametrize("to_collect", [False, True], ids=["raise", "collect"])
@@ -575,7 +596,10 @@ def test_a_result_json_cannot_hold_stops_the_run_when_its_item_finishes(here: Pa
     )
     assert "--nan-as null" in result.stderr
     assert len((here / "calls.log").read_text().split()) < 50  # not after all the work
-    assert not (here / "out.jsonl").exists()
+    assert records(here / "out.jsonl") == [  # the results before it
+        {"index": i, "item": i, "result": {"loss": i}} for i in range(2)
+    ]
+    assert "The 2 results that finished (items 0-1) are in out.jsonl." in result.stderr
 
 
 def test_results_json_cannot_hold_fail_their_items_with_collect(here: Path) -> None:

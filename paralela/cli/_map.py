@@ -8,7 +8,8 @@
     _map_output  --output results.jsonl checked before work starts too
     (here)       paralela.imap(fn, items, ...) ──> each result encoded as strict JSON as it
                  arrives: one JSON cannot hold (NaN, a lone surrogate) fails its item then
-    _map_failures  an exception that stopped the map ──> its message and exit code
+    _map_failures  an exception that stopped the map ──> its message and exit code; the
+                 results that finished before it are written all the same (keep_finished)
     _map_output  {"index", "item", "result"|"error"} per line, in input order, written to
                  a temp file and renamed (never half a file) ──> a summary line on stderr
 
@@ -33,7 +34,13 @@ from paralela.cli._errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED,
 from paralela.cli._jsonl import NanAs, NotJson, read_items, to_json
 from paralela.cli._load import load_function
 from paralela.cli._map_failures import Failed, fail_for, failure_of
-from paralela.cli._map_output import check_output, print_summary, records, write_results
+from paralela.cli._map_output import (
+    check_output,
+    keep_finished,
+    print_summary,
+    records,
+    write_results,
+)
 from paralela.errors import MapError
 from paralela.mapping import MapIterator, imap
 from paralela.mapping._task import short_repr
@@ -346,11 +353,12 @@ def map_command(
         kept = f" Finished chunks are kept in {run_dir}; run again to resume." if run_dir else ""
         fail(f"Interrupted.{kept}", EXIT_INTERRUPTED)
     except Exception as exc:  # each failure paralela knows exits with its message
-        fail_for(exc, items, run_dir)
+        fail_for(exc, items, run_dir, keep_finished(out_path, output, item_json, results, run_dir))
         raise  # not a failure paralela knows: a bug, shown with its traceback
 
     if unwritable and on_error is OnError.raise_:
-        fail(unwritable[0].head, EXIT_FAILED)
+        kept = keep_finished(out_path, output, item_json, results, run_dir)
+        fail(unwritable[0].head, EXIT_FAILED, kept or None)
     failures = sorted([*failures, *unwritable], key=lambda f: f.index)
     iterator.summary.failures += len(unwritable)
     errors = {f.index: f.error for f in failures}

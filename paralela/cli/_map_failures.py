@@ -19,11 +19,12 @@ import os
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from paralela import runs as runs_package
 from paralela.backends._processes import RemoteTraceback
-from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, exit_code_for, fail, tail
+from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, exit_code_for, tail
+from paralela.cli._errors import fail as _fail
 from paralela.errors import (
     FingerprintMismatchError,
     ParalelaError,
@@ -103,9 +104,14 @@ def _run_dir_error(exc: BaseException, run_dir: Path | None) -> OSError | None:
     return None
 
 
-def fail_for(exc: Exception, items: list[Any], run_dir: Path | None) -> None:
-    """Exit with the message and code for ``exc``, which stopped the map. Returns only
-    for an exception that no message here explains (a bug: the caller re-raises it)."""
+def fail_for(exc: Exception, items: list[Any], run_dir: Path | None, kept: str = "") -> None:
+    """Exit with the message and code for ``exc``, which stopped the map, and ``kept``
+    (what was kept of the results that finished) under it. Returns only for an
+    exception that no message here explains (a bug: the caller re-raises it)."""
+
+    def fail(message: str, code: int, detail: str | None = None) -> NoReturn:
+        _fail(message, code, "\n".join(filter(None, [kept, detail])))
+
     failed = failure_of(exc, items)
     if failed is not None:
         fail(failed.head, EXIT_FAILED, failed.detail)

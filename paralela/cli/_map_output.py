@@ -9,6 +9,8 @@
         ──> write_results: a file through a temp file, fsync and a rename (never half a
             file); a device, a pipe or stdout directly (a closed pipe is no error)
         ──> a full disk: exit 1, saying whether --run-dir kept the results
+    a failure that stopped the run ──> keep_finished: the results that finished before it
+        (an ordered run's prefix) written as above, and a sentence saying so
     print_summary ──> one line on stderr: items, wall time, items/s, how busy
 """
 
@@ -27,7 +29,7 @@ from paralela.cli._jsonl import text_json
 from paralela.mapping import MapSummary
 from paralela.runs._atomic import atomic_write
 
-__all__ = ["check_output", "print_summary", "records", "write_results"]
+__all__ = ["check_output", "keep_finished", "print_summary", "records", "write_results"]
 
 
 def check_output(output: str) -> Path | None:
@@ -76,6 +78,48 @@ def write_results(
     except OSError as exc:
         where = "standard output" if path is None else f"--output {output}"
         fail(f"Cannot write {where}: {_reason(exc)}. {_kept(run_dir)}", EXIT_FAILED)
+
+
+def keep_finished(
+    path: Path | None,
+    output: str,
+    items: list[bytes],
+    results: list[bytes | None],
+    run_dir: Path | None,
+) -> str:
+    """After a failure stopped the run, write the results that finished to ``path`` (an
+    ordered run's: those before the failed item; an unordered run's: every one that
+    came back), in input order, as a finished run writes them; ``items`` and ``results``
+    as JSON (``None``: no result). Returns the sentence that says so, and how a rerun
+    can skip them; ``""`` when nothing finished (then nothing is written)."""
+    done = [index for index, result in enumerate(results) if result is not None]
+    if not done:
+        return ""
+    lines = (b'{"index": %d, "item": %s, "result": %s}\n' % (i, items[i], results[i]) for i in done)
+    try:
+        _write_output(path, lines)
+    except OSError as exc:  # the failure that stopped the run is the one to report
+        return f"The {len(done)} results that finished could not be written: {_reason(exc)}."
+    where = "standard output" if path is None else output
+    rerun = (
+        f"{run_dir} keeps them too: the same command run again skips them."
+        if run_dir is not None
+        else "With --run-dir DIR, running again would skip them instead of computing them again."
+    )
+    return f"The {len(done)} results that finished ({_spans(done)}) are in {where}. {rerun}"
+
+
+def _spans(indices: list[int], shown: int = 3) -> str:
+    """``items 0-499`` / ``items 0-2, 5, 7-9 and 3 more ranges``: sorted ``indices``."""
+    spans: list[tuple[int, int]] = []
+    for index in indices:
+        if spans and index == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], index)
+        else:
+            spans.append((index, index))
+    text = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans[:shown])
+    more = f" and {len(spans) - shown} more ranges" if len(spans) > shown else ""
+    return f"item{'s' if len(indices) > 1 else ''} {text}{more}"
 
 
 def _write_output(path: Path | None, lines: Iterable[bytes]) -> None:
