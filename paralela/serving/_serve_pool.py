@@ -300,7 +300,7 @@ class WorkerPool:
                 continue
             failures = 0
             worker.ready = True
-            if not self._started and self.ready == self.size:
+            if not self._started and all(w.ready for w in self.workers):
                 self._started = True
                 self._on_ready()
             serving = asyncio.ensure_future(self._serve(worker, loop))
