@@ -64,3 +64,16 @@ def die_on_10(x: int) -> int:
 
         os.kill(os.getpid(), signal.SIGKILL)
     return x
+
+
+def double(x: int) -> int:
+    return x * 2
+
+
+def triple(x: int) -> int:
+    return x * 3
+
+
+def numbers(n: int) -> Any:
+    """A generator source: ``0 .. n - 1``."""
+    yield from range(n)

@@ -1,21 +1,18 @@
 """The stages of a pipeline that run in the consumer's thread: the source, ``filter``,
 ``shuffle``, ``batch``, ``take``, ``repeat`` and ``cache``. Each is a plain iterator step;
-the time it takes counts as its own busy time."""
+the time it takes counts as its own busy time. (``cache`` is in ``_cache.py``.)"""
 
 from __future__ import annotations
 
-import contextlib
-import pickle
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 from paralela.data._parallel import _END, Stage, failed
 from paralela.data._stats import StageStats
 
-__all__ = ["Batch", "Cache", "Filter", "Repeat", "Shuffle", "Source", "Take", "default_collate"]
+__all__ = ["Batch", "Filter", "Repeat", "Shuffle", "Source", "Take", "default_collate"]
 
 
 class Source(Stage):
@@ -181,81 +178,3 @@ class Repeat(Stage):
             self.runs += 1
             if self.stats.elements == 0:  # an empty source: repeating it gives nothing
                 raise StopIteration
-
-
-class Cache(Stage):
-    """The first complete run's elements, kept (in memory, or pickled in a file at
-    ``path``); later runs read them instead of running the stages above.
-
-    A run stopped early keeps nothing: only a complete run is cached (the file is written
-    through :func:`paralela._files.replacing`: renamed into place at the end, removed if
-    the run stops first).
-    """
-
-    def __init__(
-        self, stats: StageStats, build: Callable[[], Stage], store: dict[str, Any], path: str | None
-    ) -> None:
-        self.store = store
-        self.path = Path(path) if path else None
-        self.elements: Iterator[Any] | None = None
-        self.kept: list[Any] | None = None
-        self.writing: contextlib.ExitStack | None = None
-        self.file: Any = None
-        if self.path is not None and self.path.exists():
-            self.elements = _read_pickles(self.path)
-            super().__init__(None, stats)
-        elif self.path is None and "elements" in store:
-            self.elements = iter(store["elements"])
-            super().__init__(None, stats)
-        else:
-            super().__init__(build(), stats)
-            if self.path is None:
-                self.kept = []
-            else:
-                from paralela._files import replacing
-
-                self.writing = contextlib.ExitStack()
-                self.file = self.writing.enter_context(replacing(self.path))
-
-    def __next__(self) -> Any:
-        if self.elements is not None:
-            element = next(self.elements)
-            self.stats.elements += 1
-            return element
-        element = self.pull()
-        if element is _END:
-            self._complete()
-            raise StopIteration
-        if self.kept is not None:
-            self.kept.append(element)
-        elif self.file is not None:
-            pickle.dump(element, self.file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.stats.elements += 1
-        return element
-
-    def _complete(self) -> None:
-        if self.kept is not None:
-            self.store["elements"], self.kept = self.kept, None
-        elif self.writing is not None:
-            writing, self.writing, self.file = self.writing, None, None
-            writing.close()  # synced and renamed into place
-
-    def close(self) -> None:
-        if self.writing is not None:  # stopped early: the partial file is removed
-            writing, self.writing, self.file = self.writing, None, None
-            with contextlib.suppress(_Stopped):
-                writing.__exit__(_Stopped, _Stopped(), None)
-        super().close()
-
-
-class _Stopped(Exception):
-    """Ends a cache's write when its run stops early, so that nothing is kept."""
-
-
-def _read_pickles(path: Path) -> Iterator[Any]:
-    with open(path, "rb") as f:
-        while True:
-            try:
-                yield pickle.load(f)
-            except EOFError:
-                return

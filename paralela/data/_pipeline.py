@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
-from paralela.data._inline import Batch, Cache, Filter, Repeat, Shuffle, Source, Take
+from paralela.data._cache import RUN_COLLATE, Cache, SourceId, file_identity, source_digest
+from paralela.data._inline import Batch, Filter, Repeat, Shuffle, Source, Take
 from paralela.data._parallel import Interleave, Map, Prefetch, Stage
 from paralela.data._stats import PipelineStats, StageStats
 from paralela.data._tuner import Tuner
@@ -58,6 +59,7 @@ class _Run:
     collate: Callable[[list[Any]], Any] | None = None
     stats: dict[int, StageStats] = field(default_factory=dict)
     passes: dict[int, int] = field(default_factory=dict)
+    identities: dict[int, Any] = field(default_factory=dict)  # a cache's, once a run
 
     def pass_of(self, stats: StageStats) -> int:
         """How many times the stage of ``stats`` was built before in this run (a repeat
@@ -81,6 +83,11 @@ class _Step:
     rebuilds: bool = False  # gets a function that builds the steps above, not a stage
     # Its output's length from its input's (a source's ignores it); None: not known.
     length: Callable[[int], int] | None = None
+    # What decides its output, for a cache's fingerprint: functions, parameters, and a
+    # source's SourceId.
+    identity: tuple[Any, ...] = ()
+    # A cache in memory: its own elements (and those of its parts, by TorchIterable).
+    store: dict[Any, Any] | None = None
 
 
 class Pipeline:
@@ -103,7 +110,6 @@ class Pipeline:
         # its stats are kept when it closes.
         self._last: weakref.ref[PipelineIterator] | None = None
         self._last_stats: PipelineStats | None = None
-        self._cache: dict[int, dict[str, Any]] = {}
         self._epoch = 0  # of the next run
 
     # -- sources ------------------------------------------------------------------
@@ -120,6 +126,7 @@ class Pipeline:
                     "inline",
                     lambda run, stats, _: Source(stats, lambda: iterable),
                     length=(lambda _: len(iterable)) if sized else None,  # type: ignore[arg-type]
+                    identity=(SourceId("iterable", iterable),),
                 ),
             )
         )
@@ -142,6 +149,7 @@ class Pipeline:
                     "inline",
                     lambda run, stats, _: Source(stats, lambda: files),
                     length=lambda _: len(files),
+                    identity=(SourceId("files", files),),
                 ),
             )
         )
@@ -202,7 +210,7 @@ class Pipeline:
                 maximum=maximum,
             )
 
-        return self._then(_Step(name, kind, make, length=_same))
+        return self._then(_Step(name, kind, make, length=_same, identity=(fn,)))
 
     def interleave(
         self,
@@ -233,7 +241,9 @@ class Pipeline:
             )
 
         kind = "thread" if parallel else "inline"
-        return self._then(_Step(f"interleave({_name(fn)}, {length})", kind, make))
+        name = f"interleave({_name(fn)}, {length})"
+        identity = (fn, length, block, deterministic)
+        return self._then(_Step(name, kind, make, identity=identity))
 
     def filter(self, predicate: Callable[[Any], Any]) -> Pipeline:
         """The elements for which ``predicate`` is true."""
@@ -242,6 +252,7 @@ class Pipeline:
                 f"filter({_name(predicate)})",
                 "inline",
                 lambda run, stats, up: Filter(up, stats, predicate),
+                identity=(predicate,),
             )
         )
 
@@ -259,7 +270,9 @@ class Pipeline:
             drawn = None if seed is None else f"paralela.shuffle:{seed}:{run.epoch}:{pass_}"
             return Shuffle(upstream, stats, size, drawn)
 
-        return self._then(_Step(f"shuffle({size})", "inline", make, length=_same))
+        return self._then(
+            _Step(f"shuffle({size})", "inline", make, length=_same, identity=(size, seed))
+        )
 
     def batch(
         self,
@@ -278,6 +291,7 @@ class Pipeline:
                 "inline",
                 lambda run, stats, up: Batch(up, stats, n, drop_last, collate or run.collate),
                 length=(lambda m: m // n) if drop_last else (lambda m: -(-m // n)),
+                identity=(n, drop_last, collate or RUN_COLLATE),
             )
         )
 
@@ -302,6 +316,7 @@ class Pipeline:
                 "inline",
                 lambda run, stats, up: Take(up, stats, n),
                 length=lambda m: min(m, n),
+                identity=(n,),
             )
         )
 
@@ -315,21 +330,60 @@ class Pipeline:
                 lambda run, stats, build: Repeat(stats, build, n),
                 rebuilds=True,
                 length=None if n is None else (lambda m: m * n),
+                identity=(n,),
             )
         )
 
-    def cache(self, path: str | os.PathLike[str] | None = None) -> Pipeline:
+    def cache(
+        self, path: str | os.PathLike[str] | None = None, *, fingerprint: str | None = None
+    ) -> Pipeline:
         """Keep the elements of the first complete run (in memory, or in the file
-        ``path``); later runs, and epochs under ``repeat``, read them instead."""
-        index = len(self._steps)
+        ``path``); later runs, and epochs under ``repeat``, read them instead.
+
+        A cache never gives the elements of other stages or another source. A cache file
+        records the fingerprint of the steps above it and of the source (map's
+        fingerprints: functions by their code and what they read, parameters by value,
+        a list by its elements, files by path, size and modification time, a generator
+        by its code and arguments); a file made by other steps or another source is
+        refused, naming what changed, and left as it is: delete it to rebuild it. A cache
+        in memory belongs to this step (not to pipelines built from the same base) and is
+        filled anew when the source's elements changed (a list that grew).
+
+        Args:
+            path: the cache file (default: in memory). A file that paralela did not
+                write is neither read nor replaced.
+            fingerprint: the cache file's identity, in place of the computed one: a key
+                of your own, to change when the source or the stages change (needed for
+                a source that cannot be identified before it runs, e.g. ``iter(...)``).
+
+        Raises:
+            ConfigError: (when iterated) ``path`` is not a paralela cache file, or the
+                source cannot be identified and no ``fingerprint`` was given.
+            FingerprintMismatchError: (when iterated) ``path`` holds the elements of
+                other steps or another source.
+        """
         where = None if path is None else os.fspath(path)
+        if fingerprint is not None and (where is None or not isinstance(fingerprint, str)):
+            raise ConfigError(
+                "fingerprint= names a cache file's contents: pass it as a string with a "
+                f"path (cache(path, fingerprint='v1')); got {fingerprint!r}"
+                + (" without a path." if where is None else ".")
+            )
+        above = self._steps
+        store: dict[Any, Any] = {}
 
         def make(run: _Run, stats: StageStats, build: Callable[[], Stage]) -> Stage:
-            return Cache(stats, build, self._cache.setdefault(index, {}), where)
+            identity = run.identities.get(id(stats))
+            if identity is None:  # once a run: repeat passes read the same
+                identity = run.identities[id(stats)] = (
+                    source_digest(above)
+                    if where is None
+                    else file_identity(above, run, fingerprint)
+                )
+            return Cache(stats, build, store, where, identity)
 
-        return self._then(
-            _Step(f"cache({where or 'memory'})", "inline", make, rebuilds=True, length=_same)
-        )
+        name = f"cache({where or 'memory'})"
+        return self._then(_Step(name, "inline", make, rebuilds=True, length=_same, store=store))
 
     def with_options(
         self,
@@ -349,14 +403,12 @@ class Pipeline:
         """
         if cpus is not None:
             _positive("cpus", cpus)
-        copy = Pipeline(
+        return Pipeline(
             self._steps,
             cpus=cpus if cpus is not None else self._cpus,
             deterministic=self._deterministic if deterministic is None else deterministic,
             run_dir=os.fspath(run_dir) if run_dir is not None else self._run_dir,
         )
-        copy._cache = self._cache
-        return copy
 
     # -- running ------------------------------------------------------------------
 
@@ -416,19 +468,22 @@ class Pipeline:
         return "Pipeline(" + " | ".join(s.name for s in self._steps) + ")"
 
     def _then(self, step: _Step) -> Pipeline:
-        copy = Pipeline(
+        return Pipeline(
             (*self._steps, step),
             cpus=self._cpus,
             deterministic=self._deterministic,
             run_dir=self._run_dir,
         )
-        copy._cache = self._cache
-        return copy
 
     def _build(self, run: _Run, count: int | None = None) -> Stage:
+        """The stages of the first ``count`` steps (all). A step that rebuilds (repeat,
+        cache) builds the steps above it itself, when it needs them: they are not built
+        here (a cache that is read never starts their threads and processes)."""
         steps = self._steps if count is None else self._steps[:count]
+        start = max((i for i, step in enumerate(steps) if step.rebuilds), default=0)
         stage: Any = None
-        for index, step in enumerate(steps):
+        for index in range(start, len(steps)):
+            step = steps[index]
             stats = run.stage_stats(index, step.name, step.kind)
             if step.rebuilds:
                 stage = step.make(run, stats, lambda i=index: self._build(run, i))
@@ -454,13 +509,14 @@ class PipelineIterator(Iterator[Any]):
         cpus = pipeline._cpus or usable_cpus()
         self._pipeline = pipeline
         self._run = _Run(Tuner(cpus), pipeline._deterministic, epoch, collate)
-        self._closed = False
+        self._closed = True  # until its stages are built: a refused cache builds none
         self._started = time.perf_counter()
         self._ended: float | None = None
         self._stall = 0.0
         self._last_return: float | None = None
         self._last_cpu = 0.0
         self._stage = pipeline._build(self._run)
+        self._closed = False
 
     def __iter__(self) -> PipelineIterator:
         return self

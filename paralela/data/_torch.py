@@ -23,11 +23,11 @@ import os
 import pickle
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any
 
 import cloudpickle
 
-from paralela.data._inline import Cache
+from paralela.data._cache import Cache, source_digest
 from paralela.data._parallel import _END, Stage
 from paralela.data._pipeline import Pipeline, PipelineIterator, _Run, _Step
 from paralela.data._stats import StageStats
@@ -190,7 +190,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, Pipeline):
-            state = (obj._steps, obj._cpus, obj._deterministic, obj._run_dir, obj._cache)
+            state = (obj._steps, obj._cpus, obj._deterministic, obj._run_dir)
             return _unpickle_pipeline, state
         return super().reducer_override(obj)
 
@@ -200,11 +200,8 @@ def _unpickle_pipeline(
     cpus: int | None,
     deterministic: bool,
     run_dir: str | None,
-    cache: dict[int, dict[str, Any]],
 ) -> Pipeline:
-    pipeline = Pipeline(steps, cpus=cpus, deterministic=deterministic, run_dir=run_dir)
-    pipeline._cache = cache
-    return pipeline
+    return Pipeline(steps, cpus=cpus, deterministic=deterministic, run_dir=run_dir)
 
 
 def shard_pipeline(pipeline: Pipeline, count: int, index: int) -> Pipeline:
@@ -230,15 +227,14 @@ def shard_pipeline(pipeline: Pipeline, count: int, index: int) -> Pipeline:
                 "function that builds the pipeline with a path of its rank and worker."
             )
     # A part caches its own elements, not the whole pipeline's: an in-memory cache gets a
-    # store of its own, kept beside the pipeline's (so later epochs of the part read it).
-    stores = cast("dict[Any, dict[str, Any]]", pipeline._cache)
+    # store of its own, kept in the cache's (so later epochs of the part read it).
+    source = pipeline._steps[0]
     steps = [
-        _part_cache(step, stores.setdefault((i, count, index), {}))
-        if step.name == "cache(memory)"
+        _part_cache(step, step.store.setdefault(("part", count, index), {}), source)
+        if step.store is not None
         else step
-        for i, step in enumerate(pipeline._steps)
+        for step in pipeline._steps
     ]
-    source = steps[0]
 
     def make(run: _Run, stats: StageStats, upstream: Any) -> Stage:
         inner = source.make(run, StageStats(source.name, source.kind), upstream)
@@ -246,21 +242,21 @@ def shard_pipeline(pipeline: Pipeline, count: int, index: int) -> Pipeline:
 
     whole = source.length
     length = None if whole is None else (lambda _: len(range(index, whole(0), count)))
-    part = Pipeline(
-        (_Step(f"{source.name}[{index}::{count}]", source.kind, make, length=length), *steps[1:]),
+    name = f"{source.name}[{index}::{count}]"
+    identity = (count, index, *source.identity)
+    return Pipeline(
+        (_Step(name, source.kind, make, length=length, identity=identity), *steps[1:]),
         cpus=pipeline._cpus,
         deterministic=pipeline._deterministic,
         run_dir=pipeline._run_dir,
     )
-    part._cache = pipeline._cache
-    return part
 
 
-def _part_cache(step: _Step, store: dict[str, Any]) -> _Step:
+def _part_cache(step: _Step, store: dict[str, Any], source: _Step) -> _Step:
     def make(run: _Run, stats: StageStats, build: Callable[[], Stage]) -> Stage:
-        return Cache(stats, build, store, None)
+        return Cache(stats, build, store, None, source_digest([source]))
 
-    return _Step(step.name, step.kind, make, rebuilds=True, length=step.length)
+    return _Step(step.name, step.kind, make, rebuilds=True, length=step.length, store=store)
 
 
 class _Part(Stage):
