@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 from sweep_helpers import GPU_UUIDS, fake_gpu_env
 
-from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_RENDEZVOUS, EXIT_USAGE
+from paralela.cli._errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_RENDEZVOUS,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
 
 # Each rank writes what it was told to <out>/rank-<RANK>.json, then follows orders.
 RANK_SCRIPT = textwrap.dedent(
@@ -288,8 +294,9 @@ def test_stopping_the_launcher_stops_every_rank(
         launcher.send_signal(sig)
         _, err = launcher.communicate(timeout=30)
         if sig != signal.SIGKILL:
-            assert launcher.returncode == EXIT_INTERRUPTED
-            assert "every rank was stopped" in err
+            expected = EXIT_TERMINATED if sig == signal.SIGTERM else EXIT_INTERRUPTED
+            assert launcher.returncode == expected, err
+            assert "Every rank was stopped." in err
         wait_for(lambda: not any(alive(p) for p in pids), 15, "the ranks to exit")
     finally:
         if launcher.poll() is None:

@@ -725,7 +725,7 @@ def test_cli_interrupted_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(_copy, "copy_file", interrupt)
     result = CliRunner().invoke(app, ["stage", str(src), str(tmp_path / "dest")])
     assert result.exit_code == 130
-    assert "interrupted" in result.stderr
+    assert "Interrupted. Finished files are recorded" in result.stderr
     assert leftovers(tmp_path / "dest") == []
 
 

@@ -366,6 +366,10 @@ def test_several_objectives(tmp_path: Path) -> None:
     assert result.best_value == min(float(t.params["x"]) ** 2 for t in result.trials)
     stored = json.loads((tmp_path / "run" / "trials.json").read_text())
     assert stored["directions"] == ["minimize", "maximize"]
+    study = optuna.load_study(study_name=result.study_name, storage=result.storage)
+    front = result.pareto_front()
+    assert sorted(t.number for t in front) == sorted(t.number for t in study.best_trials)
+    assert [t.values for t in front] == sorted(t.values for t in front)  # x^2 rising
 
 
 def test_report_outside_a_sweep_prints_and_records_nothing(

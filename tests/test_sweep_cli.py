@@ -4,6 +4,7 @@ exit codes 0 (the sweep ran), 1 (more failures than --max-failures), 2 (bad usag
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -100,6 +101,44 @@ def test_a_command_sweep_prints_a_leaderboard_and_the_best_parameters(
     assert f"best #{best['number']}: " in done.stdout
     assert "Trials, logs and plots: out" in lines
     assert (tmp_path / "out" / "plots" / "optimization_history.png").is_file()
+
+
+def test_a_multi_objective_leaderboard_is_the_pareto_front_with_every_objective(
+    tmp_path: Path,
+) -> None:
+    """x^2 (minimised) and sin(x) (maximised) on six rows: four of them are the front."""
+    xs = [-1.0, 0.0, 0.5, 1.0, 2.0, 3.0]
+    (tmp_path / "rows.csv").write_text("x\n" + "\n".join(map(str, xs)) + "\n")
+    done = run_cli(
+        tmp_path,
+        *("--space", "rows.csv", "--function", "sweep_helpers:two_objectives"),
+        *("--direction", "minimize,maximize", "--workers", "2", "--run-dir", "out"),
+        *("--no-plots",),
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(TESTS_DIR)},
+    )
+
+    assert done.returncode == 0, done.stderr
+    exported = json.loads((tmp_path / "out" / "trials.json").read_text())
+    number = {t["params"]["x"]: t["number"] for t in exported["trials"]}
+    import optuna
+
+    study = optuna.load_study(study_name=exported["study_name"], storage=exported["storage"])
+    front = sorted(t.number for t in study.best_trials)  # Optuna's Pareto front
+    assert front == sorted(number[x] for x in (0.0, 0.5, 1.0, 2.0))
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Pareto front of two_objectives")
+    header = [line.split("┃") for line in lines if line.startswith("┃")]  # two lines
+    columns = [" ".join(cells).split() for cells in zip(*header, strict=True)]
+    assert ["value", "0", "minimize"] in columns
+    assert ["value", "1", "maximize"] in columns
+    rows = {int(line.split("#")[1].split()[0]): line for line in lines if "│ #" in line}
+    assert sorted(rows) == front  # every trial of the front, and only those
+    for x in (0.0, 0.5, 1.0, 2.0):  # each row shows both objectives
+        cells = [cell.strip() for cell in rows[number[x]].split("│")]
+        assert f"{x * x:.6g}" in cells
+        assert f"{math.sin(x):.6g}" in cells
+    assert "Best parameters:" not in done.stdout  # several objectives: no single best
+    assert "Pareto front: 4 trials" in done.stdout
 
 
 def test_a_function_sweep_with_json_output(tmp_path: Path, space: Path) -> None:

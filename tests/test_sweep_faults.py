@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from sweep_helpers import command, write_script
 
 import paralela
-from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED
+from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED
 from paralela.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(90)
@@ -269,7 +269,8 @@ def test_ctrl_c_says_how_to_resume_and_keeps_the_trials(tmp_path: Path, sig: int
     time.sleep(0.5)  # both trials are inside their sleep
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == EXIT_INTERRUPTED, err
+    expected = EXIT_TERMINATED if sig == signal.SIGTERM else EXIT_INTERRUPTED
+    assert proc.returncode == expected, err
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if "interrupted" in line]
     assert len(lines) == 1, err

@@ -116,10 +116,12 @@ def kill_descendants(pid: int | None = None, *, itself: bool = False) -> None:
             child.kill()
 
 
-def _ignore_sigint(signum: int, frame: Any) -> None:
-    """Ctrl-C reaches the whole process group; the driver decides what stops. A Python
-    handler, unlike SIG_IGN, is reset by ``exec``: programs the user's function starts
-    still stop on Ctrl-C."""
+def _ignore_stop_signal(signum: int, frame: Any) -> None:
+    """Ctrl-C reaches the whole process group, and Slurm sends SIGTERM to every process
+    of a job step (time limit, preemption, scancel): the driver decides what stops, keeps
+    what finished and then stops its workers itself (or they exit when its end of the
+    connection closes). A Python handler, unlike SIG_IGN, is reset by ``exec``: programs
+    the user's function starts still stop on Ctrl-C and SIGTERM."""
 
 
 def _error_reply(task_id: int, exc: BaseException) -> bytes:
@@ -175,7 +177,8 @@ def main() -> None:
 
 def worker_main(conn: Connection, arena_fds: list[int]) -> None:
     """Serve tasks until the driver closes the connection."""
-    signal.signal(signal.SIGINT, _ignore_sigint)
+    signal.signal(signal.SIGINT, _ignore_stop_signal)
+    signal.signal(signal.SIGTERM, _ignore_stop_signal)
     mark_process_worker(_env_int("OMP_NUM_THREADS", 1))
     cpus = os.environ.get("PARALELA_CPU_AFFINITY")
     if cpus:

@@ -1,15 +1,66 @@
-"""paralela's command line: a thin layer, each sub-command one call into the library."""
+"""paralela's command line: a thin layer, each sub-command one call into the library.
+
+Importing this package is cheap: the commands load with ``app`` or in :func:`main`,
+inside its handling of Ctrl-C and SIGTERM (so that one of them arriving while the
+command still starts prints one line, not a traceback).
+"""
 
 from __future__ import annotations
 
-from paralela.cli import _demo, _info, _launch, _map, _mapreduce, _report, _scale, _stage, _sweep  # noqa: F401  (each registers a command)
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from paralela.cli import _compare, _predict, _serve  # noqa: F401  # isort: skip
-from paralela.cli._app import app
+if TYPE_CHECKING:
+    from paralela.cli._app import app
 
 __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """Entry point of the ``paralela`` console script and of ``python -m paralela``."""
-    app()
+    """Entry point of the ``paralela`` console script and of ``python -m paralela``.
+
+    SIGTERM (scancel, a Slurm time limit or preemption, a supervisor) stops every
+    command as Ctrl-C does: what finished is kept and the command says how to go on,
+    exiting 143 (130 after Ctrl-C). One that arrives before a command's own handling
+    (while it starts) prints one line and exits the same way.
+    """
+    try:
+        from paralela.backends._interrupt import marking_sigint, sigterm_as_interrupt
+
+        with sigterm_as_interrupt(), marking_sigint():
+            from paralela.cli._commands import app
+
+            for command in app.registered_commands:
+                if command.callback is not None:
+                    command.callback = _stopping_in_one_line(command.callback)
+            app()
+    except KeyboardInterrupt as exc:  # not inside a command: while importing
+        from paralela.cli._errors import say_interrupted
+
+        raise SystemExit(say_interrupted(exc, "(while starting: nothing was done)")) from None
+
+
+def _stopping_in_one_line(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command``, exiting as :func:`~paralela.cli._errors.interrupted` says on Ctrl-C
+    or SIGTERM that its own handling does not cover (while it reads its input, loads
+    the function); Typer would exit 130 silently, and 130 after SIGTERM."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            from paralela.cli._errors import interrupted
+
+            interrupted(exc)
+
+    return run
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from paralela.cli._commands import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

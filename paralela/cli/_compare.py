@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for, fail
+from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, exit_code_for, fail, interrupted
 from paralela.errors import ConfigError, ParalelaError
 
 if TYPE_CHECKING:
@@ -48,7 +48,8 @@ COMPARE_HELP = (
 EPILOG = (
     "Exit codes: 0 compared (failed candidates are listed, not fatal); 1 every candidate "
     "failed; 2 bad usage or input (space file, data, target, scoring, a run directory "
-    "holding another comparison); 130 interrupted (run the same command again to go on)."
+    "holding another comparison); 130 interrupted, 143 stopped by SIGTERM (scancel, a "
+    "time limit or preemption): run the same command again to go on."
 )
 
 
@@ -172,7 +173,7 @@ def compare_command(
         )
     except KeyboardInterrupt as exc:
         notes = getattr(exc, "__notes__", None) or ["The comparison was interrupted."]
-        fail(notes[-1].replace("run it again", "run the same command again"), EXIT_INTERRUPTED)
+        interrupted(exc, notes[-1].replace("run it again", "run the same command again"))
     except ParalelaError as exc:
         # the API's words for the budget, as this command's options
         message = str(exc).replace(

@@ -12,10 +12,10 @@ import typer
 from paralela.cli._app import app
 from paralela.cli._errors import (
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_RENDEZVOUS,
     EXIT_USAGE,
     fail,
+    interrupted,
 )
 from paralela.errors import ConfigError, RankFailedError, RendezvousError
 
@@ -200,8 +200,8 @@ def launch(
         fail(str(exc), EXIT_RENDEZVOUS)
     except RankFailedError as exc:
         fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt:
-        fail("interrupted; every rank was stopped.", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        interrupted(exc, "Every rank was stopped.")
     restarts = f" after {result.restarts} restart(s)" if result.restarts else ""
     print(
         f"paralela launch: {result.world_size} rank(s) finished{restarts} in "
@@ -257,8 +257,8 @@ def _submit(
         fail(str(exc), EXIT_RENDEZVOUS)
     except (DistributedError, SlurmCommandError) as exc:
         fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt:
-        fail("interrupted; the Slurm job was cancelled.", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        interrupted(exc, "The Slurm job was cancelled.")
     print(
         f"paralela launch: Slurm job {result.job_id}: {result.world_size} rank(s) finished "
         f"in {result.wall_s:.1f} s; output {result.output}; logs in {result.log_dir}",

@@ -25,10 +25,10 @@ from paralela.cli._app import app
 from paralela.cli._errors import (
     EXIT_CODES_HELP,
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_USAGE,
     exit_code_for,
     fail,
+    interrupted,
 )
 from paralela.cli._load import load_function
 from paralela.errors import MissingExtraError, ParalelaError
@@ -373,9 +373,13 @@ def mapreduce_command(
         )
         if output is None:
             _print_text(result) if fmt is Format.text else _print_pairs(result)
-    except KeyboardInterrupt:
-        kept = f" Finished tasks are kept in {run_dir}; run again to resume." if run_dir else ""
-        fail(f"Interrupted.{kept}", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        interrupted(
+            exc,
+            f"Finished tasks are kept in {run_dir}; run again to resume."
+            if run_dir
+            else "Pass --run-dir DIR to keep finished tasks, so that running again resumes.",
+        )
     except MissingExtraError as exc:
         fail(str(exc), EXIT_USAGE)
     except ParalelaError as exc:

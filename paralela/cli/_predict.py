@@ -20,10 +20,10 @@ from paralela.cli._app import app
 from paralela.cli._errors import (
     EXIT_CODES_HELP,
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_USAGE,
     exit_code_for,
     fail,
+    interrupted,
 )
 from paralela.cli._load import load_function
 from paralela.errors import MissingExtraError, ParalelaError
@@ -253,13 +253,13 @@ def predict_command(
             encoding=encoding,
             retries=UNSET if retries is None else retries,
         )
-    except KeyboardInterrupt:
-        hint = (
-            f" Finished shards are kept in {run_dir}; run the same command again to resume."
+    except KeyboardInterrupt as exc:
+        interrupted(
+            exc,
+            f"Finished shards are kept in {run_dir}; run the same command again to resume."
             if run_dir
-            else " Pass --run-dir DIR to keep finished shards, so that running again resumes."
+            else "Pass --run-dir DIR to keep finished shards, so that running again resumes.",
         )
-        fail(f"Interrupted.{hint}", EXIT_INTERRUPTED)
     except MissingExtraError as exc:
         fail(str(exc), EXIT_USAGE)
     except ParalelaError as exc:

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
+from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, interrupted
 from paralela.errors import ConfigError, ParalelaError
 
 __all__ = ["parse_workers", "scale_command"]
@@ -178,8 +178,8 @@ def scale_command(
         fail(str(exc), EXIT_USAGE)
     except (ScalingError, ParalelaError) as exc:
         fail("\n".join([str(exc), *getattr(exc, "__notes__", [])]), EXIT_FAILED)
-    except KeyboardInterrupt:
-        fail("Interrupted; nothing was saved.", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        interrupted(exc, "Nothing was saved.")
     if json_out:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
+from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, interrupted
 from paralela.errors import ConfigError
 
 STAGE_HELP = (
@@ -95,11 +95,11 @@ def stage(
             report = {**exc.result.to_dict(), "error": str(exc), "failures": exc.failures}
             typer.echo(json.dumps(report, indent=2))
         fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt:
-        fail(
-            "interrupted; finished files are recorded, unfinished copies were deleted. "
+    except KeyboardInterrupt as exc:
+        interrupted(
+            exc,
+            "Finished files are recorded, unfinished copies were deleted. "
             "Run the same command again to go on.",
-            EXIT_INTERRUPTED,
         )
     if not quiet:
         for warning in result.warnings:

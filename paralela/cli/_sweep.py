@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
+from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, interrupted
 from paralela.errors import ConfigError, ParalelaError
 
 SWEEP_HELP = (
@@ -245,7 +245,7 @@ def sweep(
         )
     except KeyboardInterrupt as exc:
         notes = getattr(exc, "__notes__", None) or ["The sweep was interrupted."]
-        fail(notes[-1].replace("run it again", "run the same command again"), EXIT_INTERRUPTED)
+        interrupted(exc, notes[-1].replace("run it again", "run the same command again"))
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     except SweepError as exc:
@@ -288,21 +288,30 @@ def _print_result(result: object) -> None:
     # No markup: parameter values and paths are printed as they are ("[relu]" included);
     # soft wrap: a long line stays one line (copyable best parameters).
     console = Console(stderr=False, markup=False)
-    table = Table(title=f"Leaderboard of {result.study_name}", title_justify="left")
-    for column in ("rank", "trial", "value", "duration s", "params"):
+    several = len(result.directions) > 1
+    if several:  # no single best: every trade-off, with every objective's value
+        title = f"Pareto front of {result.study_name}"
+        shown = result.pareto_front()
+        values = [f"value {i}\n{d}" for i, d in enumerate(result.directions)]
+    else:
+        title = f"Leaderboard of {result.study_name}"
+        shown = result.leaderboard(10)
+        values = ["value"]
+    table = Table(title=title, title_justify="left")
+    for column in ("rank", "trial", *values, "duration s", "params"):
         table.add_column(column)
-    for rank, t in enumerate(result.leaderboard(10), 1):
+    for rank, t in enumerate(shown, 1):
         table.add_row(
             str(rank),
             f"#{t.number}",
-            f"{t.value:.6g}",
+            *(f"{v:.6g}" for v in t.values or ()),
             "-" if t.duration is None else f"{t.duration:.2f}",
             json.dumps(t.params),
         )
     if table.row_count:
         console.print(table)
     console.print(result.summary(), soft_wrap=True)
-    if result.best_params is not None:
+    if result.best_params is not None and not several:
         console.print(f"Best parameters: {json.dumps(result.best_params)}", soft_wrap=True)
     for note in result.notes:
         console.print(f"Note: {note}", soft_wrap=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
+from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, interrupted
 from paralela.cli._sweep import SLURM_ONLY as JOB_PARAMS  # the Slurm job's options
 from paralela.errors import ConfigError, ParalelaError
 
@@ -144,8 +144,8 @@ def submit(
         fail(str(exc), EXIT_USAGE)
     except (SweepError, SlurmCommandError, ParalelaError) as exc:
         fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt:
-        fail("interrupted; the Slurm job was cancelled. Run again to continue.", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        interrupted(exc, "The Slurm job was cancelled. Run again to continue.")
     if json_out:
         typer.echo((job.run_dir / "trials.json").read_text())
         return

@@ -107,6 +107,30 @@ class SweepResult:
             self.completed, key=lambda t: math.inf if t.value is None else sign * t.value
         )[:n]
 
+    def pareto_front(self) -> list[TrialRecord]:
+        """The completed trials that no other completed trial dominates (as good in every
+        objective and better in one), by the first objective, best first: Optuna's
+        ``study.best_trials``. With one objective: the trials of the best value."""
+        signs = [-1.0 if d == "maximize" else 1.0 for d in self.directions]
+        scored = sorted(
+            (
+                ([s * v for s, v in zip(signs, t.values, strict=True)], t)
+                for t in self.completed
+                if t.values is not None and len(t.values) == len(signs)
+            ),
+            key=lambda pair: pair[0],
+        )
+        # In that order a trial can only be dominated by one before it, and then by one
+        # of the front (domination is transitive): n x (front size) comparisons.
+        front: list[tuple[list[float], TrialRecord]] = []
+        for costs, trial in scored:
+            if not any(
+                kept != costs and all(k <= c for k, c in zip(kept, costs, strict=True))
+                for kept, _ in front
+            ):
+                front.append((costs, trial))
+        return [trial for _, trial in front]
+
     @property
     def best_trial(self) -> TrialRecord | None:
         board = self.leaderboard(1)
@@ -171,6 +195,10 @@ class SweepResult:
             f"{len(self.trials)} trials ({counts}) on {self.slots} slots in "
             f"{self.wall_seconds:.1f} s, slots {self.busy_fraction:.0%} busy"
         )
-        if best is not None:
+        if len(self.directions) > 1:  # no single best: the trade-offs
+            front = len(self.pareto_front())
+            if front:
+                line += f"; Pareto front: {front} trial{'s' if front > 1 else ''}"
+        elif best is not None:
             line += f"; best #{best.number}: {best.value:.6g} with {best.params}"
         return line
