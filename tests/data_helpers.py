@@ -77,3 +77,17 @@ def triple(x: int) -> int:
 def numbers(n: int) -> Any:
     """A generator source: ``0 .. n - 1``."""
     yield from range(n)
+
+
+def die_once_on_10(marker: str, x: int) -> int:
+    """Kills its worker on element 10 the first time only (``marker`` is created then):
+    a worker killed from outside, whose element passes when run again."""
+    if x == 10:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return x
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x

@@ -4,6 +4,7 @@ bounded under a slow consumer, and ``workers="auto"`` keeps within the CPU budge
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -18,7 +19,16 @@ import pytest
 
 from paralela.data import Pipeline
 from paralela.errors import WorkerDiedError
-from tests.data_helpers import cpu_work, die_on_10, fail_on_7, megabyte, pid_of, slow_io, square
+from tests.data_helpers import (
+    cpu_work,
+    die_on_10,
+    die_once_on_10,
+    fail_on_7,
+    megabyte,
+    pid_of,
+    slow_io,
+    square,
+)
 
 ROOT = Path(__file__).parent.parent
 
@@ -56,6 +66,13 @@ def test_a_dead_process_worker_is_blamed_on_its_element_and_nothing_before_is_lo
     assert error.indices == [10]
     assert "in stage map(die_on_10), on its element 10" in " ".join(error.__notes__)
     assert "retries=" not in str(error)  # a pipeline's map has no retries= to raise
+
+
+def test_a_chunk_whose_worker_was_killed_once_is_delivered_whole(tmp_path: Path) -> None:
+    dies_once = functools.partial(die_once_on_10, str(tmp_path / "died"))
+    pipeline = Pipeline.from_iterable(range(40)).map(dies_once, kind="process", workers=1)
+    assert list(pipeline) == list(range(40))
+    assert (tmp_path / "died").exists()  # its worker did die
 
 
 def test_an_error_in_a_filter_or_interleave_names_its_stage() -> None:
