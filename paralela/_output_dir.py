@@ -94,7 +94,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     ``_SUCCESS``: the part files under ``parts``), or ``None``: not paralela's."""
     try:
         with open(path, "rb") as f:  # a symlink is followed: then its target's record
-            data = json.loads(f.read(1 << 22))
+            data = json.loads(f.read())
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
