@@ -92,6 +92,20 @@ def not_pairs(line: str) -> list[str]:
     return line.split()
 
 
+class Unpicklable:
+    """A value that cannot be pickled, with a repr that is the same in every run."""
+
+    def __repr__(self) -> str:
+        return "Unpicklable()"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("cannot pickle 'Unpicklable' object")
+
+
+def unpicklable_for_boom(line: str) -> list[tuple[str, Any]]:
+    return [(w, Unpicklable() if w == "boom" else 1) for w in line.split()]
+
+
 _LOCK = threading.Lock()  # does not pickle: words_under_lock travels by name
 
 
@@ -335,7 +349,7 @@ def combiner_fails(key: str, values: Iterator[int]) -> int:
     raise RuntimeError(f"cannot combine {key}")
 
 
-@pytest.mark.parametrize("case", ["mapper", "not-a-pair", "reducer"])
+@pytest.mark.parametrize("case", ["mapper", "not-a-pair", "reducer", "unpicklable"])
 def test_errors_read_as_the_local_engine_s(local2: Any, tmp_path: Path, case: str) -> None:
     path = tmp_path / "input.txt"
     path.write_text("one two\nthree café\nboom four\n", encoding="utf-8")
@@ -343,6 +357,7 @@ def test_errors_read_as_the_local_engine_s(local2: Any, tmp_path: Path, case: st
         "mapper": (explode_on_boom, total),
         "not-a-pair": (not_pairs, total),
         "reducer": (words, reducer_fails_on_cafe),
+        "unpicklable": (unpicklable_for_boom, total),
     }[case]
     errors = []
     engines: list[dict[str, Any]] = [{"engine": "spark"}, {"backend": "threads"}]

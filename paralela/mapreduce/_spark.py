@@ -43,6 +43,7 @@ import contextlib
 import functools
 import itertools
 import os
+import re
 import shutil
 import sys
 import sysconfig
@@ -54,6 +55,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from paralela.errors import MapReduceError, UnpicklableError
+from paralela.mapreduce._pickling import spark_unpicklable_error
 from paralela.mapreduce._result import MapReduceResult, MapReduceSummary
 from paralela.mapreduce._spark_tasks import (
     Counters,
@@ -68,6 +70,8 @@ __all__ = ["run_spark"]
 
 #: Partitions per core of the cluster by default, as the local engine's per worker.
 PARTITIONS_PER_CORE = 2
+#: How a Python worker's failure to pickle a pair reads in Spark's error.
+_PICKLING = re.compile(r"PicklingError|[Cc]an(no|')t pickle|not picklable")
 
 
 def run_spark(
@@ -118,7 +122,8 @@ def run_spark(
         )
         summary.extra.update(master=sc.master, spark_version=sc.version)
         n = partitions or PARTITIONS_PER_CORE * max(1, sc.defaultParallelism)
-        return _run(sc, payload, splits, n, out_dir, output_format, summary, started)
+        diagnose = functools.partial(spark_unpicklable_error, mapper, splits)
+        return _run(sc, payload, splits, n, out_dir, output_format, summary, started, diagnose)
 
 
 def _run(
@@ -130,6 +135,7 @@ def _run(
     output_format: str,
     summary: MapReduceSummary,
     started: float,
+    diagnose: Callable[[], MapReduceError | None],
 ) -> MapReduceResult:
     from pyspark import StorageLevel
 
@@ -152,7 +158,7 @@ def _run(
     done = False
     try:
         t_job = time.time()
-        _spark_call(reduced.count)  # every task runs here; the user's errors surface here
+        _spark_call(reduced.count, diagnose)  # every task runs here; so do the user's errors
         map_end = counters.map_end.value or t_job
         summary.map_seconds = max(0.0, map_end - t_job)
         summary.reduce_seconds = max(0.0, time.time() - map_end)
@@ -284,9 +290,13 @@ def _payload(job: SparkJob) -> bytes:
     return cast(bytes, cloudpickle.dumps(job))
 
 
-def _spark_call(call: Callable[[], Any]) -> Any:
+def _spark_call(
+    call: Callable[[], Any], diagnose: Callable[[], MapReduceError | None] | None = None
+) -> Any:
     """``call()``, with a task's shipped error raised as paralela's, and Spark's other
-    failures as a :class:`MapReduceError` that keeps their first lines."""
+    failures as a :class:`MapReduceError` that keeps their first lines; a failure to
+    pickle what the mapper yielded (Spark pickles the pairs, out of the task's reach) as
+    ``diagnose()`` names it, when it finds the record."""
     from paralela.mapreduce._tasks import reraise
 
     try:
@@ -297,6 +307,9 @@ def _spark_call(call: Callable[[], Any]) -> Any:
         failed = unship(exc)
         if failed is not None:
             raise reraise(failed)  # noqa: B904  (its __cause__ is the user's exception)
+        found = diagnose() if diagnose is not None and _PICKLING.search(str(exc)) else None
+        if found is not None:
+            raise found from found.__cause__
         raise MapReduceError(_spark_failure(exc)) from exc
 
 
