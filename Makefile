@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 # compat: a path entry instead of an import hook, which would add ~10 ms to every worker start
 EDITABLE := --config-settings editable_mode=compat
 
-.PHONY: demo test lint install install-dev bench clean
+.PHONY: demo test lint install install-dev bench clean gpu-wheels gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,16 @@ bench:
 	.venv-bench/bin/python -m pip install --quiet -r bench/requirements.txt
 	.venv-bench/bin/python -m pip install --quiet -e . --no-deps $(EDITABLE)
 	.venv-bench/bin/python bench/bench_map.py
+
+# The prepared GPU check (docs/gpu-check.md): gpu-wheels here (network), gpu-check on the
+# lent GPU machine with .gpu-wheels carried; GPU_CHECK_OUT is where gpu-check.md goes.
+GPU_CHECK_OUT ?= gpu-check-out
+
+gpu-wheels:
+	PYTHON=$(PYTHON) bash tools/gpu-check.sh --wheels
+
+gpu-check:
+	bash tools/gpu-check.sh $(GPU_CHECK_OUT)
 
 clean:
 	rm -rf $(VENV) .venv-bench build *.egg-info .mypy_cache .ruff_cache .pytest_cache
