@@ -3,6 +3,7 @@ remote tracebacks, and what cannot be sent."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -296,3 +297,62 @@ def test_grow_starts_more_workers_while_it_runs() -> None:
             time.sleep(0.05)
     finally:
         backend.shutdown()
+
+
+ORPHAN_JOB = '''
+import os
+import pathlib
+import time
+
+
+def until_orphaned(x):
+    """Notes that it started, then returns as soon as its driver is gone (its parent
+    changes), so that the worker sends its result to a dead driver."""
+    parent = os.getppid()
+    pathlib.Path(os.environ["STARTED_DIR"], str(os.getpid())).touch()
+    deadline = time.monotonic() + 60
+    while os.getppid() == parent and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return x
+'''
+
+
+def test_workers_of_a_sigkilled_driver_exit_quietly(
+    tmp_path: Path, poll: Callable[..., None]
+) -> None:
+    """`paralela map` in a session of its own, its driver alone SIGKILLed (the README's
+    kill-and-resume walkthrough): the workers, whose stderr is the driver's, exit without
+    a word (no BrokenPipeError traceback from sending a result to the dead driver)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "orphan_job.py").write_text(ORPHAN_JOB)
+    (tmp_path / "items.jsonl").write_text("".join(f"{i}\n" for i in range(8)))
+    started = tmp_path / "started"
+    started.mkdir()
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "paralela", "map", "orphan_job:until_orphaned", "--input",
+         "items.jsonl", "--output", "out.jsonl", "--workers", "2", "--chunksize", "1",
+         "--run-dir", "run", "--no-progress"],
+        cwd=tmp_path,
+        env={**os.environ, "STARTED_DIR": str(started)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        poll(lambda: len(os.listdir(started)) == 2, timeout=60, what="both workers busy")
+        workers = [psutil.Process(int(pid)) for pid in os.listdir(started)]
+        driver.kill()  # the driver only, not its session
+        # stderr ends once every process holding it (the workers too) has exited.
+        _, err = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == -signal.SIGKILL
+    assert "Traceback" not in err, err
+    assert "BrokenPipeError" not in err, err
+    for worker in workers:  # gone (a zombie left for init to reap counts as gone)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert worker.status() == psutil.STATUS_ZOMBIE

@@ -42,7 +42,7 @@ import sys
 import threading
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 from paralela.backends._context import mark_process_worker
 from paralela.backends._wire import (
@@ -95,10 +95,24 @@ def _read_forever(conn: Connection, inbox: queue.SimpleQueue[bytes], cancelled: 
             else:
                 inbox.put(message)
     except (EOFError, OSError):
-        # The driver closed the connection or died: nobody wants our results, nor the
-        # processes the user's function started.
-        kill_descendants()
-        os._exit(0)
+        _driver_gone()
+
+
+def _driver_gone() -> NoReturn:
+    """The driver closed the connection or died: nobody wants our results, nor the
+    processes the user's function started. Exit at once and quietly (a driver killed
+    with SIGKILL shares its terminal with us: no traceback there)."""
+    kill_descendants()
+    os._exit(0)
+
+
+def _send(conn: Connection, data: bytes) -> None:
+    """Send ``data`` to the driver; if it is gone (the reader thread may not have seen
+    the end of the connection yet), exit as :func:`_driver_gone` does."""
+    try:
+        conn.send_bytes(data)
+    except OSError:  # BrokenPipeError, ConnectionResetError
+        _driver_gone()
 
 
 def kill_descendants(pid: int | None = None, *, itself: bool = False) -> None:
@@ -208,7 +222,7 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
         _, task_id, payload, slot, layout = message
         if task_id in cancelled:
             cancelled.discard(task_id)
-            conn.send_bytes(dumps(("cancelled", task_id)))
+            _send(conn, dumps(("cancelled", task_id)))
             continue
         try:
             buffers = arenas[slot].views(layout) if layout else None
@@ -226,4 +240,4 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
         fn = args = kwargs = buffers = result = None  # the task's own references go,
         if layout and arenas[slot].retire_if_kept():  # then: did fn keep an array?
             reply = RETIRED_TAG + bytes((slot,)) + reply
-        conn.send_bytes(reply)
+        _send(conn, reply)
