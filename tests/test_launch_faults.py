@@ -249,4 +249,6 @@ def test_a_bad_rendezvous_timeout_in_the_environment_is_a_usage_error(tmp_path: 
         timeout=60,
     )  # fmt: skip
     assert done.returncode == 2
-    assert "PARALELA_RENDEZVOUS_TIMEOUT must be a positive number of seconds" in done.stderr
+    assert "PARALELA_RENDEZVOUS_TIMEOUT must be a positive number of seconds, got 'soon'" in (
+        done.stderr
+    )

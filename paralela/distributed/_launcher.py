@@ -207,10 +207,12 @@ def resolve_rendezvous_timeout(
         )
     given = rendezvous_timeout if rendezvous_timeout is not None else preflight_timeout
     name = "rendezvous_timeout"
+    shown: object = given
     if given is None:
         for name in ("PARALELA_RENDEZVOUS_TIMEOUT", "PARALELA_PREFLIGHT_TIMEOUT"):
             text = os.environ.get(name, "").strip()
             if text:
+                shown = text  # as written: "soon", not nan
                 try:
                     given = float(text)
                 except ValueError:
@@ -220,7 +222,7 @@ def resolve_rendezvous_timeout(
             return DEFAULT_TIMEOUT
     if not given > 0 or given == float("inf"):
         raise ConfigError(
-            f"{name} must be a positive number of seconds, got {given!r}. Give e.g. "
+            f"{name} must be a positive number of seconds, got {shown!r}. Give e.g. "
             "--rendezvous-timeout 300 for ranks that are slow to start."
         )
     return given
