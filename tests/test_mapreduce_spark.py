@@ -191,20 +191,23 @@ def test_one_file_is_cut_into_a_map_task_per_core(local2: Any, tmp_path: Path) -
 
 
 def test_records_input_and_non_string_keys(local2: Any) -> None:
-    """An iterable of records; int and tuple keys; a mapper returning a mapping."""
+    """An iterable of records; int and tuple keys; a mapper returning a mapping; NaN keys
+    of both signs, one key (as on the local engine)."""
     numbers = list(range(1, 2001))
 
     def by_remainder(n: int) -> dict[Any, int]:
-        return {n % 7: n, ("parity", n % 2): 1}
+        return {n % 7: n, ("parity", n % 2): 1, float("nan") if n % 2 else -float("nan"): 1}
 
     result = paralela.mapreduce(
-        by_remainder, total, numbers, engine="spark", records_per_split=300, partitions=2
+        by_remainder, total, numbers, engine="spark", records_per_split=300, partitions=5
     )
     expected: collections.Counter[Any] = collections.Counter()
     for n in numbers:
         expected[n % 7] += n
         expected[("parity", n % 2)] += 1
-    assert result.to_dict() == dict(expected)
+    pairs = list(result)
+    assert [value for key, value in pairs if key != key] == [len(numbers)]
+    assert {key: value for key, value in pairs if key == key} == dict(expected)
     assert result.summary.splits == 7
 
 
