@@ -47,6 +47,7 @@ def write_report(
     ]
     for r in results:
         figures = "; ".join(f"{k}: {v}" for k, v in r["figures"].items()) or "-"
+        figures = figures.replace("|", "\\|")
         lines.append(f"| {r['name']} | {r['verdict']} | {r.get('seconds', 0)} | {figures} |")
     for r in results:
         lines += ["", f"### {r['name']}: {r['verdict']}", "", f"Proves: {PROVES[r['name']]}."]
