@@ -68,7 +68,7 @@ def fds() -> Iterator[int]:
 
 
 def test_headers_or_a_body_that_never_finish_are_timed_out_with_408() -> None:
-    with serving("serve_helpers:Echo", "--workers", "1", "--read-timeout", "1") as server:
+    with serving("serve_helpers:Echo", "--workers", "1", "--read-timeout", "2") as server:
         address = _address(server)
         silent = socket.create_connection(address)  # connects, sends nothing
         headers = socket.create_connection(address)
@@ -80,15 +80,12 @@ def test_headers_or_a_body_that_never_finish_are_timed_out_with_408() -> None:
             assert _closed_by_server(headers, 30).startswith(b"HTTP/1.1 408 ")
             answer = _closed_by_server(body, 30)
             assert answer.startswith(b"HTTP/1.1 408 "), answer
-            assert b"within 1 s" in answer
+            assert b"within 2 s" in answer
             _closed_by_server(silent, 30)
             assert time.monotonic() - started < 15
         finally:
             for sock in (silent, headers, body):
                 sock.close()
-        with socket.create_connection(address) as huge:  # headers that never end, at once
-            huge.sendall(STALLED + b"X-Padding: " + b"x" * 70_000 + b"\r\n")
-            assert _closed_by_server(huge, 30).startswith(b"HTTP/1.1 431 ")
         assert httpx.post(f"{server.url}/predict", json={"input": 1}, timeout=30).status_code == 200
         assert "Traceback" not in server.stderr
 
@@ -115,6 +112,9 @@ def test_thousands_of_stalled_connections_do_not_keep_real_clients_out(fds: int)
                 answer = http.post(f"{server.url}/predict", json={"input": k})
                 assert answer.status_code == 200, answer.text
                 assert answer.json()["output"]["x"] == k
+            with socket.create_connection(address) as huge:  # headers that never end, at once
+                huge.sendall(STALLED + b"X-Padding: " + b"x" * 70_000 + b"\r\n")
+                assert _closed_by_server(huge, 30).startswith(b"HTTP/1.1 431 ")
         # the server closed the stalled connections that waited longest, for the new ones
         closed = sum(_closed_now(sock) for sock in stalled)
         assert stalled_total - 512 < closed < stalled_total, closed
