@@ -305,7 +305,7 @@ def test_the_other_workers_serve_while_one_restarts() -> None:
 
 def test_health_is_degraded_while_a_worker_is_past_the_timeout() -> None:
     with serving("serve_helpers:Echo", "--workers", "1", "--timeout", "0.5") as server:
-        assert _post(server, {"input": {"sleep": 3}}).status_code == 504
+        assert _post(server, {"input": {"sleep": 4}}).status_code == 504
         health = httpx.get(f"{server.url}/health")  # the only worker still holds the batch
         assert health.status_code == 200
         assert health.json() == {"status": "degraded", "workers": 1, "ready": 0}
