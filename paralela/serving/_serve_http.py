@@ -71,15 +71,15 @@ def connection_limits(
     available = soft - reserve
     backlog = max(1, min(BACKLOG, available // 4))
     fit = available - backlog
+    asked = f"--max-connections {max_connections}"
     if max_connections is None:
-        max_connections = min(MAX_CONNECTIONS, fit)
-    if max_connections < 1 or max_connections > fit:
+        max_connections, asked = min(MAX_CONNECTIONS, fit), "a connection"
+    if not 1 <= max_connections <= fit:
         raise ConfigError(
-            f"this process may open {soft} files (ulimit -n), {reserve} of them kept for the "
-            f"server and its workers and {backlog} for connections being accepted: "
-            f"{'max_connections ' + str(max_connections) if max_connections > 0 else 'none'} "
-            f"cannot fit (at most {max(fit, 0)}). Raise the limit (ulimit -n) or lower "
-            "--max-connections."
+            f"this process may open {soft} files (ulimit -n): {reserve} are kept for the "
+            f"server and its workers and {backlog} for connections being accepted, which "
+            f"leaves {max(fit, 0)} for open connections; {asked} cannot fit. Raise the limit "
+            "(ulimit -n) or lower --max-connections."
         )
     return ConnectionLimits(max_connections, backlog, read_timeout)
 
