@@ -10,6 +10,8 @@
 #   bash tools/gpu-check.sh --dry-run OUT    anywhere (CI): the same logic on the CPU, a
 #                                            fake GPU, tiny sizes (PARALELA_GPU_CHECK_DRY=1
 #                                            does the same)
+#   ... --only sweep,serve OUT               some of the checks (pytest sweep launch
+#                                            pipeline serve predict data)
 #
 # The GPU machine has Python 3.12 with a CUDA build of PyTorch and no network: paralela
 # installs from this working tree over that PyTorch, with its other dependencies from the
@@ -84,12 +86,14 @@ install_here() {
 dry=0
 [ "${PARALELA_GPU_CHECK_DRY:-0}" = "1" ] && dry=1
 out=""
+only=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --wheels) download_wheels; exit 0 ;;
         --dry-run) dry=1 ;;
-        -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        -*) echo "gpu-check: unknown option $1; valid: --wheels, --dry-run" >&2; exit 2 ;;
+        --only) shift; only=(--only "${1:?--only needs a comma list of checks}") ;;
+        -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -*) echo "gpu-check: unknown option $1; valid: --wheels, --dry-run, --only" >&2; exit 2 ;;
         *) out="$1" ;;
     esac
     shift
@@ -114,4 +118,4 @@ fi
 unset PARALELA_GPU_CHECK_DRY
 export PYTHONUNBUFFERED=1
 cd "$ROOT"
-exec "$PYTHON" "$ROOT/tools/gpu_check/main.py" --out "$out"
+exec "$PYTHON" "$ROOT/tools/gpu_check/main.py" --out "$out" "${only[@]}"

@@ -21,6 +21,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,6 +72,7 @@ def run_all(out: Path, only: list[str] | None) -> int:
             print(f"gpu-check: {name}: {results[-1]['verdict']}", flush=True)
     environment = _environment()
     write_report(out / "gpu-check.md", environment, results, time.monotonic() - started)
+    shutil.rmtree(scratch, ignore_errors=True)  # the logs are in gpu-check.log
     print(f"gpu-check: report in {out / 'gpu-check.md'}", flush=True)
     return 0 if all(r["verdict"] == "PASS" for r in results) else 1
 
@@ -112,14 +114,18 @@ def _child(name: str, limit: float, scratch: Path, log: Any) -> dict[str, Any]:
 
 def _environment() -> dict[str, Any]:
     """The device and versions, read by a child process (torch stays out of this one)."""
+    dry = os.environ.get("GPU_CHECK_DRY") == "1"
     code = (
-        "import json, platform, importlib.metadata as m, torch\n"
-        "v = {'python': platform.python_version(), 'torch': torch.__version__,\n"
-        "     'cuda': torch.version.cuda, 'cuda available': torch.cuda.is_available()}\n"
-        "for name in ('paralela', 'optuna', 'fastapi', 'uvicorn', 'numpy'):\n"
+        "import json, platform, importlib.metadata as m\n"
+        f"dry = {dry}\n"
+        "torch = None if dry else __import__('torch')\n"
+        "v = {'python': platform.python_version()}\n"
+        "if torch is not None:\n"
+        "    v.update({'cuda': torch.version.cuda, 'cuda available': torch.cuda.is_available()})\n"
+        "for name in ('torch', 'paralela', 'optuna', 'fastapi', 'uvicorn', 'numpy'):\n"
         "    try: v[name] = m.version(name)\n"
         "    except m.PackageNotFoundError: v[name] = 'not installed'\n"
-        "if torch.cuda.is_available():\n"
+        "if torch is not None and torch.cuda.is_available():\n"
         "    v['device'] = torch.cuda.get_device_name(0)\n"
         "    v['nccl'] = '.'.join(map(str, torch.cuda.nccl.version()))\n"
         "print(json.dumps(v))\n"
@@ -132,7 +138,7 @@ def _environment() -> dict[str, Any]:
         info.update(json.loads(done.stdout))
     except (subprocess.SubprocessError, ValueError) as exc:
         info["versions"] = f"could not be read: {exc}"
-    if os.environ.get("GPU_CHECK_DRY") == "1":
+    if dry:
         info["device"] = "none: dry run on the CPU (a fake nvidia-smi, gloo for NCCL)"
     else:
         try:
