@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import psutil
@@ -32,3 +33,11 @@ def children_running(text: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child process that a test stops with SIGINT (Ctrl-C): its
+    default disposition, so that its Python installs the Ctrl-C handler. A test run
+    started with SIGINT ignored (``nohup``, ``cmd &`` in a script, some CI runners)
+    passes SIG_IGN on through ``exec``, and the child would never see the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

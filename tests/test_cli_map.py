@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import default_sigint
 from typer.testing import CliRunner
 
 from paralela.cli import app
@@ -126,6 +127,7 @@ def paralela(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.Comp
         capture_output=True,
         text=True,
         timeout=60,
+        preexec_fn=default_sigint,  # the Ctrl-C tests: even under a runner ignoring SIGINT
     )
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import default_sigint
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -58,6 +59,7 @@ def paralela(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
         env={**os.environ, "TMPDIR": str(cwd / "tmp")},
+        preexec_fn=default_sigint,  # the Ctrl-C test: even under a runner ignoring SIGINT
     )
 
 

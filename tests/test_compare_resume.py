@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from compare_engine_helpers import FITS_VARIABLE, CountingKNN, fits
 from conftest import wait_until
+from helpers import default_sigint
 from sklearn.datasets import load_digits
 from sklearn.model_selection import GridSearchCV, check_cv
 from sklearn.neighbors import KNeighborsClassifier
@@ -62,6 +63,7 @@ def _start_driver(tmp_path: Path, run_dir: Path, delay: float, mode: str) -> sub
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import default_sigint
 
 from paralela.data import Pipeline
 from paralela.errors import WorkerDiedError
@@ -148,7 +149,10 @@ def test_ctrl_c_stops_the_run_and_its_workers(tmp_path: Path) -> None:
         """,
     )
     process = subprocess.Popen(
-        [sys.executable, str(script), str(ROOT)], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(script), str(ROOT)],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
     assert process.stdout is not None
     pids = {int(process.stdout.readline()) for _ in range(20)}

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+from helpers import default_sigint
 from sweep_helpers import GPU_UUIDS, fake_gpu_env
 
 from paralela.cli._errors import (
@@ -287,6 +288,7 @@ def test_stopping_the_launcher_stops_every_rank(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     try:
         wait_for(lambda: started(tmp_path, 2), 60, "both ranks to start")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import default_sigint
 
 import paralela
 from paralela.errors import MapError, TaskError
@@ -81,6 +82,7 @@ def start_program(tmp_path: Path, **env: str) -> tuple[subprocess.Popen[str], Pa
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's job
+        preexec_fn=default_sigint,
     )
     return process, markers
 
@@ -303,6 +305,7 @@ def start_cli(tmp_path: Path, **env: str) -> tuple[subprocess.Popen[str], Path]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )  # fmt: skip
     return process, markers
 

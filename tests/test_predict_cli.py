@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import default_sigint
 
 MODELS = """
 import os, signal, time
@@ -58,6 +59,7 @@ def paralela(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=60,
+        preexec_fn=default_sigint,  # the Ctrl-C test: even under a runner ignoring SIGINT
     )
 
 

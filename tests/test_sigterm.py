@@ -23,8 +23,9 @@ from pathlib import Path
 import psutil
 import pytest
 from compare_helpers import write_wine_csv
+from helpers import default_sigint
 
-from paralela.cli._errors import EXIT_TERMINATED
+from paralela.cli._errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 STOPPED = "Error: Stopped by SIGTERM (scancel, a time limit or preemption)."
 
@@ -283,3 +284,61 @@ def test_compare_keeps_finished_folds_and_goes_on_without_refitting_them(
     refitted = (workdir / "fits.log").read_text().splitlines()[first:]
     assert len(refitted) == 4 * 3 - finished  # finished folds are not fitted again
     assert len(set(refitted)) == len(refitted)
+
+
+# While the commands are imported (inside main): a real signal from an import hook.
+WHILE_IMPORTING = """\
+import os, signal, sys
+
+class SignalOnImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "paralela.cli._map":
+            os.kill(os.getpid(), int(os.environ["SIGNAL"]))
+        return None
+
+sys.meta_path.insert(0, SignalOnImport())
+sys.argv[:] = ["paralela", "info"]
+from paralela.cli import main
+main()
+"""
+
+# While a command sets up (imports the user's function), before its work begins.
+SIGNALS_ITSELF = """\
+import os, signal
+os.kill(os.getpid(), int(os.environ["SIGNAL"]))
+
+def square(x):
+    return x * x
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "head"),
+    [
+        (signal.SIGINT, EXIT_INTERRUPTED, "Error: Interrupted."),
+        (signal.SIGTERM, EXIT_TERMINATED, STOPPED),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
+@pytest.mark.parametrize("when", ["importing", "loading the function"])
+def test_an_interrupt_while_a_command_starts_is_one_line(
+    workdir: Path, sig: signal.Signals, code: int, head: str, when: str
+) -> None:
+    if when == "importing":
+        argv = [sys.executable, "-c", WHILE_IMPORTING]
+    else:
+        (workdir / "signals_itself.py").write_text(SIGNALS_ITSELF)
+        argv = [sys.executable, "-m", "paralela", "map", "signals_itself:square"]
+        argv += ["-i", "items.jsonl", "-o", "out.jsonl"]
+    proc = subprocess.run(
+        argv,
+        cwd=workdir,
+        env={**os.environ, "SIGNAL": str(int(sig))},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=default_sigint,  # Ctrl-C reaches it even under a runner ignoring SIGINT
+    )
+    assert proc.returncode == code, proc.stderr
+    assert proc.stderr.startswith(head), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr  # no traceback

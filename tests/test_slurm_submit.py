@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import default_sigint
 
 import paralela.distributed._slurm_job as slurm_job
 from paralela.backends.slurm._commands import SlurmCommandError
@@ -397,6 +398,7 @@ def cli(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
+        preexec_fn=default_sigint,
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -533,7 +535,7 @@ def test_ctrl_c_cancels_the_job(slurm_cluster: str, tmp_path: Path) -> None:
         proc = subprocess.Popen(
             [PYTHON, "-m", "paralela", "launch", "--slurm", "-N", "2", "--partition",
              slurm_cluster, "--time", "5", str(script)],
-            cwd=tmp_path, stdout=out, stderr=err,
+            cwd=tmp_path, stdout=out, stderr=err, preexec_fn=default_sigint,
         )  # fmt: skip
         try:
             deadline = time.monotonic() + CLI_TIMEOUT
@@ -552,7 +554,7 @@ def test_ctrl_c_cancels_the_job(slurm_cluster: str, tmp_path: Path) -> None:
     assert time.monotonic() - interrupted < 30
     job = job_id_of(said)
     assert f"cancelling Slurm job {job} (scancel)" in said
-    assert "the Slurm job was cancelled" in said
+    assert "Interrupted. The Slurm job was cancelled." in said
     assert final_state(job) == "CANCELLED"
     queued = subprocess.run(
         ["squeue", "-h", "-j", job], capture_output=True, text=True, timeout=30

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import default_sigint
 from sweep_helpers import (
     RECORD_VARIABLE,
     SLEEP_VARIABLE,
@@ -268,6 +269,7 @@ def test_a_sweep_packed_in_one_allocation_runs_one_trial_per_granted_gpu(
          "--space", "space.yaml", "--trials", "6", "--seed", "3", "--no-plots", "--json",
          "--", *command(trial, "--x", "{x}")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint,
     )  # fmt: skip
     try:
         out, err = proc.communicate(timeout=CLI_TIMEOUT)

@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 import pytest
 import sweep_helpers
+from helpers import default_sigint
 from optuna.trial import TrialState
 from sweep_helpers import command, write_script
 
@@ -260,6 +261,7 @@ def test_ctrl_c_says_how_to_resume_and_keeps_the_trials(tmp_path: Path, sig: int
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     logs = tmp_path / "run" / "trials"
     deadline = time.monotonic() + 30
