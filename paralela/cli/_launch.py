@@ -36,7 +36,8 @@ EPILOG = (
     "Exit codes: 0 every rank exited 0; 1 a rank failed (the others were stopped; its "
     "log tail is printed); 2 bad usage; 5 the ranks did not meet within "
     "--rendezvous-timeout, or a rank left or stalled before torch's process group was "
-    "complete; 130 interrupted (with --slurm: the job was cancelled)."
+    "complete; 130 interrupted, 143 stopped by SIGTERM (with --slurm: the job was "
+    "cancelled)."
 )
 
 SLURM = "Slurm (--slurm)"

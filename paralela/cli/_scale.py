@@ -36,7 +36,8 @@ SCALE_HELP = (
 )
 EPILOG = (
     "Exit codes: 0 measured (warnings about the numbers do not fail it); 1 the work "
-    "failed or timed out at some count; 2 bad usage; 130 interrupted."
+    "failed or timed out at some count; 2 bad usage; 130 interrupted; 143 stopped by "
+    "SIGTERM."
 )
 # One token like module:func, pkg.mod:Class.method or path/file.py:func: a function.
 _FUNCTION = re.compile(r"^[\w./\\-]+(\.py)?:[A-Za-z_][\w.]*$")

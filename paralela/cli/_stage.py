@@ -28,7 +28,8 @@ STAGE_HELP = (
 EPILOG = (
     "Exit codes: 0 ok; 1 a file could not be copied or did not verify (each is named; "
     "run the same command again to copy only those); 2 bad usage (SRC missing, DEST "
-    "inside SRC, DEST not writable, not enough space); 130 interrupted."
+    "inside SRC, DEST not writable, not enough space); 130 interrupted; 143 stopped by "
+    "SIGTERM (scancel, a time limit): finished files are kept, as after Ctrl-C."
 )
 
 

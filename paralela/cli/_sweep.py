@@ -30,8 +30,8 @@ SWEEP_HELP = (
 EPILOG = (
     "Exit codes: 0 the sweep ran (failed trials are recorded, not fatal); 1 more trials "
     "failed than --max-failures allows; 2 bad usage (space file, sampler, command not "
-    "found, GPUs); 130 interrupted (with --backend slurm: the job was cancelled). "
-    "Running the same command again continues the sweep."
+    "found, GPUs); 130 interrupted, 143 stopped by SIGTERM (with --backend slurm: the "
+    "job was cancelled). Running the same command again continues the sweep."
 )
 
 SLURM = "Slurm (--backend slurm)"
