@@ -1,9 +1,10 @@
 """Check: ``paralela serve`` of a MiniLM-sized embedder on CUDA under 64 clients.
 
 Proves: the worker holds the model on the GPU (``setup`` got ``cuda:0``, the worker saw
-exactly the GPU's UUID), every answer under 64 concurrent clients is the embedding the
-model gives that sentence alone on the CPU, and dynamic batching pays: requests/s
-against ``--max-batch 1`` and against the same server on the CPU (``--gpus none``).
+exactly the GPU's UUID), every answer under 64 concurrent clients, batched or not, is the
+embedding that the same server on the CPU (``--gpus none``) gives the sentence sent
+alone, and dynamic batching pays: requests/s against ``--max-batch 1`` and against the
+CPU.
 """
 
 from __future__ import annotations
@@ -28,24 +29,20 @@ MIN_GPU_GAIN = 1.0  # GPU requests/s over the CPU's, batched
 
 
 def check(mode: Mode, work: Path) -> Outcome:
-    import torch
-
     outcome = Outcome()
     uuid = gpu_uuid(mode)
-    texts = embedder.sentences(CLIENTS * 4)
-    model = embedder.Embedder()
-    model.setup("cpu")
-    expected = [model.predict([t])[0]["embedding"] for t in texts]
-    del model, torch
+    texts = embedder.sentences(mode.size(256, 64))
     per_client = mode.size(24, 2)
-    configs = {
+    configs = {  # the CPU first: its answers to each sentence sent alone are the reference
+        "CPU, batched": ["--max-batch", "64", "--gpus", "none"],
         "GPU, batched": ["--max-batch", "64"],
         "GPU, --max-batch 1": ["--max-batch", "1"],
-        "CPU, batched": ["--max-batch", "64", "--gpus", "none"],
     }
+    expected: list[list[float]] = []
     rates = {}
     for label, options in configs.items():
-        answers, rate = _serve_and_load(mode, options, texts, per_client)
+        answers, rate, alone = _serve_and_load(mode, options, texts, per_client, not expected)
+        expected = expected or [out["embedding"] for out in alone]
         rates[label] = rate
         outcome.figures[f"{label}: requests/s"] = round(rate, 1)
         wrong = [i for i, (text_index, out) in enumerate(answers)
@@ -69,9 +66,13 @@ def _diff(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
+Answers = list[tuple[int, dict[str, Any]]]
+
+
 def _serve_and_load(
-    mode: Mode, options: list[str], texts: list[str], per_client: int
-) -> tuple[list[tuple[int, dict[str, Any]]], float]:
+    mode: Mode, options: list[str], texts: list[str], per_client: int, alone: bool
+) -> tuple[Answers, float, list[dict[str, Any]]]:
+    """Start a server, (if ``alone``) send each text alone, then load it with CLIENTS."""
     argv = [sys.executable, "-m", "paralela", "serve", f"{HERE / 'embedder.py'}:Embedder",
             "--port", "0", "--max-queue", "4096", *options]  # fmt: skip
     print(f"$ {' '.join(argv)}", flush=True)
@@ -81,7 +82,7 @@ def _serve_and_load(
     reader.start()
     try:
         url = _wait_ready(server, lines, deadline=time.monotonic() + 120)
-        return asyncio.run(_load(url, texts, per_client))
+        return asyncio.run(_load(url, texts, per_client, alone))
     finally:
         server.send_signal(signal.SIGINT)
         try:
@@ -106,12 +107,13 @@ def _wait_ready(server: subprocess.Popen[str], lines: list[str], deadline: float
 
 
 async def _load(
-    url: str, texts: list[str], per_client: int
-) -> tuple[list[tuple[int, dict[str, Any]]], float]:
-    """CLIENTS clients, each sending per_client requests one after the other."""
+    url: str, texts: list[str], per_client: int, alone: bool
+) -> tuple[Answers, float, list[dict[str, Any]]]:
+    """Each text alone (one request at a time: batches of one), if asked; then CLIENTS
+    clients, each sending per_client requests one after the other."""
     import httpx
 
-    answers: list[tuple[int, dict[str, Any]]] = []
+    answers: Answers = []
     limits = httpx.Limits(max_connections=CLIENTS)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
 
@@ -122,9 +124,12 @@ async def _load(
                 reply.raise_for_status()
                 answers.append((index, reply.json()["output"]))
 
-        await one_client(0)  # warm: the first request pays for CUDA's start
-        answers.clear()
+        singles = []
+        for text in texts if alone else texts[:1]:  # one at least: CUDA starts on the first
+            reply = await client.post("/predict", json={"input": text})
+            reply.raise_for_status()
+            singles.append(reply.json()["output"])
         started = time.perf_counter()
         await asyncio.gather(*(one_client(c) for c in range(CLIENTS)))
         seconds = time.perf_counter() - started
-    return answers, len(answers) / seconds
+    return answers, len(answers) / seconds, singles
