@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 import paralela
 from paralela.cli import app
-from paralela.errors import ConfigError, UserFunctionError
+from paralela.errors import ConfigError, RunStoreError, UserFunctionError
 
 UUID = "1b2c3d4e-0000-4f00-8000-000000000000"
 # What Spark's DataFrame.write.parquet(dir) leaves (checksums of its Hadoop filesystem too).
@@ -277,3 +277,31 @@ def test_cli_exits_2_naming_the_files_unless_overwrite(here: Path, command: list
     assert replaced.exit_code == 0, replaced.output
     assert "_SUCCESS" in visible(here / "out")
     assert not any(name.startswith(("part-00000-", ".part")) for name in contents(here / "out"))
+
+
+# -- run directories -------------------------------------------------------------------
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def test_a_run_directory_of_someone_else_s_is_refused_not_written_over(tmp_path: Path) -> None:
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "summary.json").write_text('{"mine": true}')  # map writes its summary.json
+    (mine / "spills").mkdir()  # mapreduce removes its spills/ at the end
+    (mine / "spills" / "notes.txt").write_text("mine")
+    with pytest.raises(RunStoreError, match=r"holds files paralela did not write \(spills, "):
+        paralela.map(square, range(4), run_dir=mine, backend="sequential")
+    with pytest.raises(RunStoreError, match=r"summary\.json"):
+        paralela.mapreduce(words, total, ["a b"], input_format="records", run_dir=mine,
+                           backend="sequential")  # fmt: skip
+    assert (mine / "summary.json").read_text() == '{"mine": true}'
+    assert (mine / "spills" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in mine.iterdir()) == ["spills", "summary.json"]
+    # An empty directory, and paralela's own, are run directories.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert paralela.map(square, range(4), run_dir=empty, backend="sequential") == [0, 1, 4, 9]
+    assert paralela.map(square, range(4), run_dir=empty, backend="sequential") == [0, 1, 4, 9]

@@ -21,6 +21,11 @@ compared. For an identity value that is a
 :class:`~paralela.runs._fingerprint.Fingerprint`, the manifest also records its
 ``dependencies``, only to name in that error which ones changed.
 
+A run directory is paralela's own: an existing directory without a manifest is taken only
+when it is empty (or holds what a claim cut short left: an empty ``chunks/``, a temp
+file), so that a ``run_dir`` pointed at a directory of the user's never has its files
+replaced (``summary.json``) or removed (mapreduce's ``spills/``).
+
 A directory that cannot be written (read-only media, an archive) is opened for reading
 when its manifest matches: finished chunks are read back, ``summary.json`` is left as it
 is, and storing a new chunk raises :class:`~paralela.errors.RunStoreError` naming it.
@@ -43,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paralela._files import TMP_PREFIX, atomic_write, create_exclusive, make_dirs
+from paralela._files import LOCK_NAME, TMP_PREFIX, atomic_write, create_exclusive, make_dirs
 from paralela._version import __version__
 from paralela.backends._wire import dumps
 from paralela.errors import FingerprintMismatchError, RunStoreError
@@ -52,11 +57,22 @@ from paralela.runs._fingerprint import Fingerprint, describe_changes
 __all__ = ["ChunkRecord", "RunStore", "StoredChunk"]
 
 _CHUNK_NAME = re.compile(r"^(\d{12})-(\d{12})\.pkl$")
+# A temp file of paralela._files.temp_path: prefix, host, pid and 128 random bits.
+_TEMP_NAME = re.compile(re.escape(TMP_PREFIX) + r".+-\d+-[0-9a-f]{32}$")
+_SHOWN = 5  # files named when a directory is refused
 FORMAT = 1
 # Compiled code, so function fingerprints, differ between Python minor versions.
 _PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 # A directory that may not be written here: read-only media, permissions.
 _CANNOT_WRITE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _empty_dir(path: str) -> bool:
+    try:
+        with os.scandir(path) as it:
+            return next(it, None) is None
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,7 @@ class RunStore:
         self.identity = identity
         existing = self._read_manifest()
         if existing is None:
+            self._refuse_others_files()
             self._make_directory()
             existing = self._claim_manifest(describe)
         if existing is not None:
@@ -116,6 +133,36 @@ class RunStore:
     @property
     def manifest_path(self) -> Path:
         return self.path / "manifest.json"
+
+    def _refuse_others_files(self) -> None:
+        """Refuse an existing directory without a manifest that holds anything a claim of
+        paralela's would not have left (see the module docstring)."""
+        try:
+            entries = list(os.scandir(self.path))
+        except (FileNotFoundError, NotADirectoryError):
+            return  # made below (a file in the way: that error names it)
+        except OSError:
+            return  # unreadable: making or claiming it says why
+        names = {entry.name for entry in entries}
+        if "manifest.json" in names:
+            return  # another process claimed it meanwhile: its manifest is checked
+        others = sorted(
+            entry.name
+            for entry in entries
+            if not (
+                entry.name == LOCK_NAME
+                or _TEMP_NAME.match(entry.name)
+                or (entry.name == "chunks" and _empty_dir(entry.path))
+            )
+        )
+        if others:
+            more = f" and {len(others) - _SHOWN} more" if len(others) > _SHOWN else ""
+            raise RunStoreError(
+                f"The run directory {self.path} holds files paralela did not write "
+                f"({', '.join(others[:_SHOWN])}{more}) and no manifest.json of a run: a "
+                "run directory holds one run's state, which paralela writes, replaces and "
+                "removes. Pass a new or empty directory (a subdirectory of this one, say)."
+            )
 
     def _make_directory(self) -> None:
         try:
