@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from common import HERE, Mode, Outcome, max_abs_diff, run, visible_gpus
+from common import HERE, Mode, Outcome, gpu_uuid, max_abs_diff, run, visible_gpus
 
 TOLERANCE = 1e-4  # float32 (TF32 off) after a few steps, against the CPU's unsplit model
 
@@ -37,8 +37,8 @@ def check(mode: Mode, work: Path) -> Outcome:
          "--log-dir", str(work / "logs"), str(HERE / "pipeline_rank.py"),
          "--device", across, "--placed-device", "cpu" if mode.dry else "cuda:0",
          "--width", str(mode.size(512, 8)), "--steps", str(mode.size(10, 3)),
-         "--out", str(out)],
-        mode, timeout=150,
+         "--out", str(out), *(["--share-gpu"] if across == "cpu" else [])],
+        mode, timeout=150, env={**mode.env, "GPU_CHECK_GPU": gpu_uuid(mode)},
     )  # fmt: skip
     note = json.loads(out.read_text())
     reference = note["reference weights"]

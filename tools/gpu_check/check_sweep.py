@@ -21,7 +21,7 @@ MIN_BUSY = 0.6  # share of the 4 slots' time that trials ran, on the GPU (not th
 
 def check(mode: Mode, work: Path) -> Outcome:
     outcome = Outcome()
-    uuid = gpu_uuid(mode)
+    uuid = gpu_uuid(mode).lower()
     space = work / "space.csv"
     space.write_text("x\n" + "".join(f"{x}\n" for x in range(TRIALS)))
     record = work / "trials.jsonl"

@@ -1,7 +1,8 @@
 """One rank of the pipeline check: a two-stage MLP trained with GPipe and with 1F1B.
 
 Started by ``paralela launch --nproc 2``: each rank holds one stage (``pipeline``), on
-``--device`` (one GPU per rank with NCCL, or the CPU with gloo). Rank 0 also trains the
+``--device`` (one GPU per rank with NCCL, or the CPU with gloo; ``--share-gpu`` then
+shows the GPU to the CPU ranks, as in ddp_rank.py). Rank 0 also trains the
 model with both stages on ``--placed-device`` in this one process (``place_stages``) and
 the unsplit model on the CPU (the reference), and writes every set of weights and the
 last outputs to ``--out``.
@@ -50,7 +51,10 @@ def main() -> None:
     parser.add_argument("--width", type=int, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--share-gpu", action="store_true")
     args = parser.parse_args()
+    if args.share_gpu:  # CPU ranks (one GPU): rank 0's place_stages still needs the GPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["GPU_CHECK_GPU"]
     import torch
     from torch.nn import functional
 

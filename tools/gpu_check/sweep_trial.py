@@ -22,7 +22,7 @@ def main() -> None:
     args = parser.parse_args()
     note: dict[str, object] = {
         "number": int(os.environ["PARALELA_TRIAL_NUMBER"]),
-        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES", "").lower(),
         "start": time.time(),
     }
     import paralela
@@ -48,7 +48,7 @@ def _on_the_gpu(note: dict[str, object], mib: int, seconds: float) -> None:
 
     try:
         note["device_count"] = torch.cuda.device_count()
-        note["uuid"] = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
+        note["uuid"] = f"GPU-{torch.cuda.get_device_properties(0).uuid}".lower()
         block = torch.empty(mib * 2**20 // 4, device="cuda")
         block.fill_(float(note["number"]))  # type: ignore[arg-type]
         note["read_back"] = float(block[-1].item())
