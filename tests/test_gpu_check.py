@@ -4,12 +4,15 @@ the script cannot rot between the times a GPU is at hand."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,3 +59,46 @@ def test_the_dry_run_reports_every_check_and_a_failure_with_its_log(tmp_path: Pa
     log = (tmp_path / "out" / "gpu-check.log").read_text()
     assert all(f"===== {name} =====" in log for name in CHECKS)
     assert "gpu-check: pytest: FAIL" in done.stdout
+
+
+HANGING_CHECK = """
+import subprocess, sys, time
+from pathlib import Path
+
+def check(mode, work):
+    # a grandchild in a session of its own, as sweep trials and launch ranks are
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             start_new_session=True)
+    Path(sys.argv[sys.argv.index("--work") + 1] + ".pid").write_text(str(stray.pid))
+    print("hanging now", flush=True)
+    time.sleep(600)
+"""
+
+DRIVE_ONE = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import main
+with open(sys.argv[2] + "/all.log", "w") as log:
+    entry = main._child("hang", 6.0, Path(sys.argv[2]), log)
+print(json.dumps(entry))
+"""
+
+
+@pytest.mark.slow
+def test_a_check_that_hangs_is_killed_with_what_it_started_and_reported(
+    tmp_path: Path, poll: Any
+) -> None:
+    (tmp_path / "check_hang.py").write_text(HANGING_CHECK)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "GPU_CHECK_DRY": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVE_ONE, str(ROOT / "tools" / "gpu_check"), str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    entry = json.loads(done.stdout)
+    assert entry["verdict"] == "FAIL"
+    assert entry["problems"] == ["did not finish within its 6 s"]
+    assert "hanging now" in entry["log_tail"]
+    stray = psutil.Process(int((tmp_path / "hang.pid").read_text()))  # it had started
+    poll(lambda: not stray.is_running() or stray.status() == psutil.STATUS_ZOMBIE, timeout=10)
