@@ -44,6 +44,7 @@ __all__ = [
     "claim_output_dir",
     "finish_output_dir",
     "remove_own_temporaries",
+    "refuse_others_outputs",
     "remove_stale",
     "temp_prefix",
 ]
@@ -137,6 +138,33 @@ def check_output_dir(directory: str | os.PathLike[str], mode: str = "errorifexis
         "empty directory, or mode='overwrite' (--overwrite on the command line) to delete "
         "the directory's contents first."
     )
+
+
+def refuse_others_outputs(
+    directory: str | os.PathLike[str], names: Iterable[str], run: str
+) -> None:
+    """For a run directory no ``run`` of paralela's has written yet (the caller knows: no
+    record of one there): refuse it if it holds any of ``names``, the files and folders
+    that run would replace (a folder counts when it holds something).
+
+    Raises:
+        ConfigError: naming the files found.
+    """
+    path = Path(directory)
+    found = []
+    for name in names:
+        target = path / name
+        if target.is_dir() and not target.is_symlink():
+            if any(os.scandir(target)):
+                found.append(name)
+        elif os.path.lexists(target):
+            found.append(name)
+    if found:
+        raise ConfigError(
+            f"The run directory {path} holds {', '.join(found)}, which paralela did not "
+            f"write (no {run} was made there) and which this {run} would replace. Pass a "
+            "new or empty run_dir (--run-dir), or move them away first."
+        )
 
 
 def _remove(path: Path) -> None:

@@ -305,3 +305,47 @@ def test_a_run_directory_of_someone_else_s_is_refused_not_written_over(tmp_path:
     empty.mkdir()
     assert paralela.map(square, range(4), run_dir=empty, backend="sequential") == [0, 1, 4, 9]
     assert paralela.map(square, range(4), run_dir=empty, backend="sequential") == [0, 1, 4, 9]
+
+
+def test_sweep_and_compare_refuse_a_directory_holding_their_outputs_of_someone_else_s(
+    tmp_path: Path,
+) -> None:
+    import sweep_helpers
+    from sklearn.datasets import load_iris
+    from sklearn.neighbors import KNeighborsClassifier
+
+    for name in ("trials.csv", "leaderboard.csv"):
+        (tmp_path / name).write_text("my table\n")  # a sweep and a comparison write these
+    (tmp_path / "data.csv").write_text("x\n1\n")  # neither writes this one: no matter
+    with pytest.raises(ConfigError, match=r"holds trials\.csv, which paralela did not write"):
+        paralela.sweep(sweep_helpers.quadratic, {"x": {"type": "float", "low": 0, "high": 1}},
+                       n_trials=1, workers=1, run_dir=tmp_path)  # fmt: skip
+    X, y = load_iris(return_X_y=True)
+    with pytest.raises(ConfigError, match=r"holds leaderboard\.csv, which paralela did not"):
+        paralela.compare({"knn": KNeighborsClassifier()}, X, y, cv=2, run_dir=tmp_path)
+    assert (tmp_path / "trials.csv").read_text() == "my table\n"
+    assert (tmp_path / "leaderboard.csv").read_text() == "my table\n"
+
+
+def test_a_sweep_s_tables_are_replaced_whole_or_left_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from paralela.sweeping._results import TrialRecord
+
+    trials = [TrialRecord(i, "COMPLETE", [i / 2], {"x": i}) for i in range(3)]
+    result = paralela.SweepResult(
+        "s", "sqlite:///s.db", tmp_path, ["minimize"], trials, 1.0, 1, 1.0
+    )
+    result.to_csv(tmp_path / "trials.csv")
+    result.to_json(tmp_path / "trials.json")
+    before = contents(tmp_path)
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)  # the disk fills while they are written
+    result.trials.append(TrialRecord(3, "COMPLETE", [1.5], {"x": 3}))
+    for write, name in ((result.to_csv, "trials.csv"), (result.to_json, "trials.json")):
+        with pytest.raises(OSError, match="No space left"):
+            write(tmp_path / name)
+    assert contents(tmp_path) == before  # the former tables whole, no temp file beside

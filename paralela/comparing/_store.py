@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from paralela._files import atomic_write
+from paralela._output_dir import refuse_others_outputs
 from paralela.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ __all__ = [
 
 IDENTITY_FILE = "compare-identity.json"
 FOLDS_FILE = "folds.jsonl"
+#: What a comparison writes in its run directory, replacing what is there.
+OUTPUTS = (FOLDS_FILE, "compare.json", "leaderboard.csv", "best.json", "best.pkl")
 
 
 def jsonable(value: Any) -> Any:
@@ -108,10 +111,12 @@ def check_identity(run_dir: Path, identity: dict[str, Any]) -> None:
 
     Raises:
         ConfigError: ``run_dir`` holds a comparison of other data, families, folds or
-            scoring; the message says which differs.
+            scoring (the message says which differs), or no comparison but files of
+            someone else's that this one would replace (``leaderboard.csv``, ...).
     """
     path = run_dir / IDENTITY_FILE
-    if not path.exists():
+    if not path.exists():  # a new run directory: what it holds is not a comparison's
+        refuse_others_outputs(run_dir, OUTPUTS, "comparison")
         atomic_write(path, json.dumps(identity, indent=1, sort_keys=True).encode())
         return
     try:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paralela._output_dir import refuse_others_outputs
 from paralela.errors import ConfigError
 from paralela.sweeping._space import Space
 
@@ -27,6 +28,8 @@ __all__ = ["SweepIdentity", "check_identity", "check_run_dir", "identify"]
 OBJECTIVE_ATTR = "paralela:objective"
 SPACE_ATTR = "paralela:space"
 SHOWN_CHARS = 160  # of a space in a message
+#: What a sweep writes in its run directory, replacing what is there (trials/: logs).
+OUTPUTS = ("trials.csv", "trials.json", "plots", "trials")
 
 
 @dataclass(frozen=True)
@@ -103,9 +106,15 @@ def check_run_dir(storage: Any, root: Path, name: str, identity: SweepIdentity) 
     ``trials.csv``, logs and plots would be overwritten by this one's.
 
     Raises:
-        ConfigError: naming the study there (and what it was made for) and this sweep.
+        ConfigError: naming the study there (and what it was made for) and this sweep;
+            or, in a directory that holds no study yet, naming the files of someone
+            else's that this sweep would replace (``trials.csv``, ``plots/``, ...).
     """
-    others = [s for s in storage.get_all_studies() if s.study_name != name]
+    studies = storage.get_all_studies()
+    if not studies:  # a new run directory: what it holds is not a sweep's of paralela's
+        refuse_others_outputs(root, OUTPUTS, "sweep")
+        return
+    others = [s for s in studies if s.study_name != name]
     if not others:
         return
     other = others[0]

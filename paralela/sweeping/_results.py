@@ -4,11 +4,14 @@ a leaderboard, CSV/JSON exports and plots."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from paralela._files import atomic_write
 
 __all__ = ["SweepResult", "TrialRecord"]
 
@@ -159,13 +162,13 @@ class SweepResult:
             "notes": self.notes,
             "trials": [t.to_dict() for t in self.trials],
         }
-        out.write_text(json.dumps(data, indent=2, default=str))
+        atomic_write(out, json.dumps(data, indent=2, default=str).encode())  # never half a file
         return out
 
     def to_csv(self, path: str | Path) -> Path:
         out = Path(path)
         names = sorted({k for t in self.trials for k in t.params})
-        with open(out, "w", newline="") as f:
+        with io.StringIO(newline="") as f:
             writer = csv.writer(f)
             writer.writerow(
                 ["number", "state", "value", *names, "duration", "slot", "devices", "exit_code"]
@@ -183,6 +186,7 @@ class SweepResult:
                         "" if t.exit_code is None else t.exit_code,
                     ]
                 )
+            atomic_write(out, f.getvalue().encode())  # never half a file
         return out
 
     def summary(self) -> str:
