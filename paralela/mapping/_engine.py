@@ -12,6 +12,22 @@ At most ``window`` chunks are in flight and at most ``window`` more wait to be y
 so memory stays bounded for inputs of any length. A chunk whose worker died is
 submitted again, up to ``retries`` times.
 
+One run is a :class:`_MapRun`; its loop, ``results()``, and the method for each event::
+
+    fill() ── take items, submit chunks (or resume_chunk() a stored one) until the window is full
+      │
+      ├─> drain() ── yield ready results (in input order, or as they ended)
+      │
+      └─> wait_for_chunks() ── chunk_ended(future) for each future done:
+              ├─ ran ─────────────> accept() ── observe timing, store(), progress(), -> ready
+              │                       └─ an item failed, on_error="raise" -> first_failure()
+              │                            (unordered: raise now; ordered: stop_after() it)
+              ├─ worker died ─────> worker_died() ── submit again, or WorkerDiedError
+              ├─ unpicklable ─────> item_at_fault() ── one chunk per item, to name it
+              └─ anything else ───> TaskError (the initializer failed)
+    the window and ready results are empty -> finish() raises what stopped the run
+    however it ended (error, Ctrl-C, close()) -> end(): cancel in flight, write the summary
+
 Stopping: when the run ends early (an item failed with ``on_error="raise"``, Ctrl-C,
 ``close()``, a loop left early), the chunks still in flight are cancelled through
 ``backend.cancel``: nothing more starts, and the processes backend kills the workers
@@ -28,9 +44,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, TypeVar
 
-from paralela.backends import Backend, Broadcast, using
-from paralela.backends._processes import RemoteTraceback
-from paralela.backends._worker import TaskLoadError
+from paralela.backends import Backend, Broadcast, RemoteTraceback, TaskLoadError, using
 from paralela.errors import (
     FingerprintMismatchError,
     MapError,
@@ -44,7 +58,7 @@ from paralela.mapping._packed import remove_finished_pieces, run_packed
 from paralela.mapping._progress import NullProgress
 from paralela.mapping._summary import ChunkTiming, MapSummary, record_timings
 from paralela.mapping._task import ChunkOutcome, ItemFailure, Job, run_chunk, short_repr
-from paralela.runs import RunStore, StoredChunk
+from paralela.runs import ChunkRecord, RunStore, StoredChunk
 from paralela.runs._fingerprint import digest_items
 
 __all__ = ["MapIterator", "Plan", "run"]
@@ -189,7 +203,7 @@ def _submit(plan: Plan, job_ref: Broadcast[Job], chunk: _Chunk) -> Future[ChunkO
             return plan.backend.submit(run_packed, job_ref, chunk.start, chunk.items, plan.store)
         return plan.backend.submit(run_chunk, job_ref, chunk.start, chunk.items)
     except UnpicklableError:
-        from paralela.backends._wire import dumps_with_buffers
+        from paralela.backends import dumps_with_buffers
 
         for offset, item in enumerate(chunk.items):
             try:
@@ -212,174 +226,275 @@ def run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
     """
     with using(plan.backend):
         try:
-            yield from _run(plan, summary)
+            yield from _MapRun(plan, summary).results()
         finally:
             if plan.owns_backend:
                 plan.backend.shutdown(wait=False, cancel_futures=True)
 
 
-def _run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
-    backend = plan.backend
-    isolated = backend.capabilities.isolated
-    job_ref = Broadcast(plan.job)
-    workers = backend.effective_workers()
-    window = workers * IN_FLIGHT_PER_WORKER
-    # Lists, tuples and ranges are sliced (a memcpy; a range slice pickles in a few
-    # bytes) instead of being read item by item through an iterator.
-    sliceable = plan.items if isinstance(plan.items, (list, tuple, range)) else None
-    source = iter(plan.items)
-    peeked: list[Any] = []
-    finished = plan.store.finished() if plan.store is not None else {}
-    resume_starts = sorted(finished)
-    inflight: dict[Future[ChunkOutcome], _Chunk] = {}
-    ready: dict[int, tuple[int, list[Any]]] = {}
-    failures: list[TaskError] = []
-    next_index = 0
-    next_yield = 0
-    exhausted = False
-    # The input generator's own exception, raised once every item before it is through.
-    source_error: Exception | None = None
-    # on_error="raise": the first failed item's position and the exception to raise.
-    stop_at: int | None = None
-    stop_error: BaseException | None = None
-    record = record_timings()
-    t0 = time.perf_counter()
+class _MapRun:
+    """One run of the engine: its state as attributes, one method per event.
 
-    def read(n: int) -> list[Any]:
-        nonlocal source_error
+    :meth:`results` is the loop (drawn at the top of this module); each method below is
+    one thing that can happen in it. Everything here runs in the caller's process.
+    """
+
+    def __init__(self, plan: Plan, summary: MapSummary) -> None:
+        self.plan = plan
+        self.summary = summary
+        self.backend = plan.backend
+        self.isolated = plan.backend.capabilities.isolated
+        self.job_ref = Broadcast(plan.job)
+        self.workers = self.backend.effective_workers()
+        self.window = self.workers * IN_FLIGHT_PER_WORKER
+        # The input. Lists, tuples and ranges are sliced (a memcpy; a range slice pickles
+        # in a few bytes) instead of being read item by item through an iterator.
+        self.sliceable = plan.items if isinstance(plan.items, (list, tuple, range)) else None
+        self.source = iter(plan.items)
+        self.peeked: list[Any] = []
+        self.next_index = 0  # the first item not yet taken from the input
+        self.exhausted = False  # no more chunks are taken (input ended, or a stop)
+        # The input generator's own exception, raised once every item before it is through.
+        self.source_error: Exception | None = None
+        # Chunks a previous run with this run directory finished, by start index.
+        self.finished: dict[int, ChunkRecord] = (
+            plan.store.finished() if plan.store is not None else {}
+        )
+        self.resume_starts = sorted(self.finished)
+        # Chunks submitted and not yet ended; results not yet yielded, by start index.
+        self.inflight: dict[Future[ChunkOutcome], _Chunk] = {}
+        self.ready: dict[int, tuple[int, list[Any]]] = {}
+        self.next_yield = 0  # ordered results: the start of the next chunk to yield
+        self.failures: list[TaskError] = []  # on_error="collect": every failed item
+        # on_error="raise": the first failed item's position and the exception to raise.
+        self.stop_at: int | None = None
+        self.stop_error: BaseException | None = None
+        self.record = record_timings()
+        self.t0 = time.perf_counter()
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def results(self) -> Generator[list[Any], None, None]:
+        """Generate the results, a list per chunk, until the input and the window are
+        empty; then raise what stopped the run, if anything. However it ends (a
+        ``close()``, Ctrl-C, an error), :meth:`end` cancels what is still in flight."""
+        pending: BaseException | None = None  # what the run raises, if anything
         try:
-            return list(itertools.islice(source, n))
+            self.fill()
+            while self.inflight or self.ready:
+                yield from self.drain()
+                stop_at, stop_error = self.stop_at, self.stop_error
+                if stop_error is not None and stop_at is not None and self.next_yield >= stop_at:
+                    _raise(stop_error)  # ordered: every result before the failed item is out
+                self.fill()
+                if not self.inflight:
+                    if self.ready or not self.exhausted:
+                        continue
+                    break
+                self.wait_for_chunks()
+                self.fill()
+            self.finish()
+        except BaseException as exc:
+            pending = exc
+            raise
+        finally:
+            self.end(pending)
+
+    # -- the input ---------------------------------------------------------------------
+
+    def read(self, n: int) -> list[Any]:
+        """Up to ``n`` items from the input iterator; none once the generator raised."""
+        try:
+            return list(itertools.islice(self.source, n))
         except Exception as exc:  # raised by the input generator: the items before it count
-            source_error = exc
+            self.source_error = exc
             return []
 
-    def take(n: int) -> Sequence[Any]:
-        if sliceable is not None:
-            return sliceable[next_index : next_index + n]
+    def take(self, n: int) -> Sequence[Any]:
+        """The next ``n`` items (fewer at the end of the input)."""
+        if self.sliceable is not None:
+            return self.sliceable[self.next_index : self.next_index + n]
+        peeked = self.peeked
         got = peeked[:n]
         del peeked[:n]
-        if len(got) < n and source_error is None:
-            got.extend(read(n - len(got)))
+        if len(got) < n and self.source_error is None:
+            got.extend(self.read(n - len(got)))
         return got
 
-    def peek() -> Any:
-        if sliceable is not None:
-            return sliceable[next_index] if next_index < len(sliceable) else None
-        if not peeked and source_error is None:
-            peeked.extend(read(1))
-        return peeked[0] if peeked else None
+    def peek(self) -> Any:
+        """The next item, not taken (``None`` at the end of the input)."""
+        if self.sliceable is not None:
+            i = self.next_index
+            return self.sliceable[i] if i < len(self.sliceable) else None
+        if not self.peeked and self.source_error is None:
+            self.peeked.extend(self.read(1))
+        return self.peeked[0] if self.peeked else None
 
-    def resume_chunk(start: int) -> None:
-        nonlocal next_index, exhausted
-        assert plan.store is not None
-        stored = plan.store.load(finished.pop(start))
-        items = take(stored.end - stored.start)
+    # -- fill the window ---------------------------------------------------------------
+
+    def fill(self) -> None:
+        """Take chunks from the input and submit them until the window is full."""
+        plan, chunker = self.plan, self.plan.chunker
+        while (
+            not self.exhausted
+            and len(self.inflight) < chunker.max_in_flight(self.window, self.workers)
+            and len(self.ready) < self.window
+        ):
+            start = self.next_index
+            if start in self.finished:
+                self.resume_chunk(start)
+                continue
+            limit = next((s for s in self.resume_starts if s > start), None)
+            remaining = None if plan.total is None else plan.total - start
+            size = chunker.next_size(remaining, self.peek())
+            if limit is not None:
+                size = min(size, limit - start)
+            items = self.take(size)
+            if not items:
+                self.exhausted = True
+                break
+            chunk = _Chunk(start, items)
+            self.next_index = chunk.end
+            self.submit(chunk)
+        self.backend.flush()  # backends that group submissions (Slurm arrays) send them now
+
+    def submit(self, chunk: _Chunk) -> None:
+        self.inflight[_submit(self.plan, self.job_ref, chunk)] = chunk
+
+    def resume_chunk(self, start: int) -> None:
+        """The chunk at ``start`` was finished by an earlier run: read it, after checking
+        that the input still holds the same items."""
+        store = self.plan.store
+        assert store is not None
+        stored = store.load(self.finished.pop(start))
+        items = self.take(stored.end - stored.start)
         if len(items) < stored.end - stored.start or digest_items(items) != stored.input_digest:
             raise FingerprintMismatchError(
                 f"Items {stored.start}..{stored.end - 1} differ from those the run directory "
-                f"{plan.store.path} computed (or the input is shorter). Pass a new run_dir= "
+                f"{store.path} computed (or the input is shorter). Pass a new run_dir= "
                 "for new inputs, or delete the directory to start afresh."
             )
-        ready[stored.start] = (stored.end, stored.results)
-        summary.resumed_items += len(items)
-        plan.progress.advance(len(items))
-        next_index = stored.end
+        self.ready[stored.start] = (stored.end, stored.results)
+        self.summary.resumed_items += len(items)
+        self.progress(len(items))
+        self.next_index = stored.end
 
-    def fill() -> None:
-        nonlocal next_index, exhausted
-        while (
-            not exhausted
-            and len(inflight) < plan.chunker.max_in_flight(window, workers)
-            and len(ready) < window
-        ):
-            if next_index in finished:
-                resume_chunk(next_index)
-                continue
-            limit = next((s for s in resume_starts if s > next_index), None)
-            remaining = None if plan.total is None else plan.total - next_index
-            size = plan.chunker.next_size(remaining, peek())
-            if limit is not None:
-                size = min(size, limit - next_index)
-            items = take(size)
-            if not items:
-                exhausted = True
-                break
-            chunk = _Chunk(next_index, items)
-            next_index = chunk.end
-            inflight[_submit(plan, job_ref, chunk)] = chunk
-        backend.flush()  # backends that group submissions (Slurm arrays) send them now
+    # -- chunks end --------------------------------------------------------------------
 
-    def stop_after(index: int, error: BaseException) -> None:
-        """Ordered results with on_error="raise": keep what comes before ``index``,
-        cancel the rest, raise ``error`` once the results before it are out."""
-        nonlocal stop_at, stop_error, exhausted
-        if stop_at is not None and stop_at <= index:
+    def wait_for_chunks(self) -> None:
+        """Block until a chunk in flight ends, and take every one that has."""
+        done, _ = wait(self.inflight, return_when=FIRST_COMPLETED)
+        for future in done:
+            if future in self.inflight:  # a stop may have dropped it meanwhile
+                self.chunk_ended(future)
+
+    def chunk_ended(self, future: Future[ChunkOutcome]) -> None:
+        """A chunk's future is done: its outcome, or what went wrong around it."""
+        chunk = self.inflight.pop(future)
+        # Read the error off the future rather than catching what result() raises: a
+        # KeyboardInterrupt or SystemExit that came back from a worker is data, not ours.
+        error = future.exception()
+        if error is None:
+            self.accept(chunk, future.result())
             return
-        stop_at, stop_error, exhausted = index, error, True
-        beyond = [f for f, c in inflight.items() if c.start >= index]
-        for future in beyond:
-            del inflight[future]
-        backend.cancel(beyond)
-        for start in [s for s in ready if s >= index]:
-            del ready[start]
+        try:
+            raise error
+        except WorkerDiedError as died:
+            self.worker_died(chunk, died)
+        except (UnpicklableError, TaskLoadError) as exc:
+            self.item_at_fault(chunk, exc)
+        except (TaskError, MapError):
+            raise
+        except BaseException as exc:
+            raise _chunk_error(chunk, exc) from exc
 
-    def accept(chunk: _Chunk, outcome: ChunkOutcome) -> None:
+    def accept(self, chunk: _Chunk, outcome: ChunkOutcome) -> None:
+        """A chunk ran: count it, keep its results, and handle the items that failed."""
         n = len(chunk.items)
-        plan.chunker.observe(n, outcome.finished - outcome.started)
+        self.plan.chunker.observe(n, outcome.finished - outcome.started)
+        summary = self.summary
         summary.chunks += 1
         summary.computed_items += n
-        if record:
+        if self.record:
             summary.timeline.append(
                 ChunkTiming(
                     chunk.start,
                     n,
                     outcome.started,
                     outcome.finished,
-                    _worker_name(outcome, isolated),
+                    _worker_name(outcome, self.isolated),
                     outcome.host,
                     chunk.attempts,
                 )
             )
         if outcome.failures:
             summary.failures += len(outcome.failures)
-            if plan.job.stop_at_first_error:
-                first = outcome.failures[0]
-                error = user_error(first, isolated)
-                if not plan.ordered:
-                    _raise(error)
-                before = first.index - chunk.start
-                stop_after(first.index, error)
-                ready[chunk.start] = (first.index, outcome.results[:before])
-                plan.progress.advance(before)
+            if self.plan.job.stop_at_first_error:
+                self.first_failure(chunk, outcome)
                 return
-            failures.extend(_task_error(f) for f in outcome.failures)
-        elif plan.store is not None and not outcome.stored:
-            plan.store.write(
-                StoredChunk(
-                    chunk.start,
-                    chunk.end,
-                    digest_items(chunk.items),
-                    outcome.results,
-                    {
-                        "started": outcome.started,
-                        "finished": outcome.finished,
-                        "worker": _worker_name(outcome, isolated),
-                        "host": outcome.host,
-                        "attempt": chunk.attempts,
-                    },
-                )
-            )
-        ready[chunk.start] = (chunk.end, outcome.results)
-        plan.progress.advance(n)
+            self.failures.extend(_task_error(f) for f in outcome.failures)
+        elif self.plan.store is not None and not outcome.stored:
+            self.store(chunk, outcome)
+        self.ready[chunk.start] = (chunk.end, outcome.results)
+        self.progress(n)
 
-    def item_at_fault(chunk: _Chunk, exc: Exception) -> None:
+    def store(self, chunk: _Chunk, outcome: ChunkOutcome) -> None:
+        """Write a chunk that ran without failures to the run directory."""
+        assert self.plan.store is not None
+        self.plan.store.write(
+            StoredChunk(
+                chunk.start,
+                chunk.end,
+                digest_items(chunk.items),
+                outcome.results,
+                {
+                    "started": outcome.started,
+                    "finished": outcome.finished,
+                    "worker": _worker_name(outcome, self.isolated),
+                    "host": outcome.host,
+                    "attempt": chunk.attempts,
+                },
+            )
+        )
+
+    def first_failure(self, chunk: _Chunk, outcome: ChunkOutcome) -> None:
+        """on_error="raise" and an item failed: raise at once (unordered), or keep the
+        results before it and stop after them (ordered)."""
+        first = outcome.failures[0]
+        error = user_error(first, self.isolated)
+        if not self.plan.ordered:
+            _raise(error)
+        before = first.index - chunk.start
+        self.stop_after(first.index, error)
+        self.ready[chunk.start] = (first.index, outcome.results[:before])
+        self.progress(before)
+
+    def worker_died(self, chunk: _Chunk, died: WorkerDiedError) -> None:
+        """The worker running ``chunk`` died: submit it again, or raise once it has
+        been tried ``retries`` times more."""
+        chunk.attempts += died.attempts - 1  # the backend may have retried already
+        if chunk.attempts > self.plan.retries:
+            error = WorkerDiedError(
+                died.exitcode,
+                indices=range(chunk.start, chunk.end),
+                attempts=chunk.attempts,
+                pid=died.pid,
+            )
+            detail = getattr(died, "detail", "")  # how the backend saw it die
+            if detail:
+                error.args = (f"{error.args[0]}\n{detail}",)
+            raise error from None
+        chunk.attempts += 1
+        self.summary.retries += 1
+        self.submit(chunk)
+
+    def item_at_fault(self, chunk: _Chunk, exc: Exception) -> None:
         """A chunk's items could not be loaded in the worker, or its results cannot be
         rebuilt here: run its items one chunk each, so that the item at fault is named
         (and fails like any other) while the others are kept."""
         if len(chunk.items) > 1:
             for offset, item in enumerate(chunk.items):
-                single = _Chunk(chunk.start + offset, [item], chunk.attempts)
-                inflight[_submit(plan, job_ref, single)] = single
+                self.submit(_Chunk(chunk.start + offset, [item], chunk.attempts))
             return
         if isinstance(exc, TaskLoadError):
             kind = "UnpicklableItem"
@@ -395,91 +510,71 @@ def _run(plan: Plan, summary: MapSummary) -> Generator[list[Any], None, None]:
             )
         failure = ItemFailure(chunk.start, kind, message, short_repr(chunk.items[0]), message)
         now = time.time()
-        accept(chunk, ChunkOutcome([None], [failure], now, now, 0, "", 0))
+        self.accept(chunk, ChunkOutcome([None], [failure], now, now, 0, "", 0))
 
-    def collect(future: Future[ChunkOutcome]) -> None:
-        chunk = inflight.pop(future)
-        # Read the error off the future rather than catching what result() raises: a
-        # KeyboardInterrupt or SystemExit that came back from a worker is data, not ours.
-        error = future.exception()
-        if error is None:
-            accept(chunk, future.result())
-            return
-        try:
-            raise error
-        except WorkerDiedError as died:
-            chunk.attempts += died.attempts - 1  # the backend may have retried already
-            if chunk.attempts > plan.retries:
-                error = WorkerDiedError(
-                    died.exitcode,
-                    indices=range(chunk.start, chunk.end),
-                    attempts=chunk.attempts,
-                    pid=died.pid,
-                )
-                detail = getattr(died, "detail", "")  # how the backend saw it die
-                if detail:
-                    error.args = (f"{error.args[0]}\n{detail}",)
-                raise error from None
-            chunk.attempts += 1
-            summary.retries += 1
-            inflight[_submit(plan, job_ref, chunk)] = chunk
-            return
-        except (UnpicklableError, TaskLoadError) as exc:
-            item_at_fault(chunk, exc)
-        except (TaskError, MapError):
-            raise
-        except BaseException as exc:
-            raise _chunk_error(chunk, exc) from exc
+    def progress(self, n: int) -> None:
+        """``n`` more items are done (computed, failed or resumed)."""
+        self.plan.progress.advance(n)
 
-    pending: BaseException | None = None  # what the run raises, if anything
-    try:
-        fill()
-        while inflight or ready:
-            if plan.ordered:
-                while next_yield in ready:
-                    end, results = ready.pop(next_yield)
-                    next_yield = end
-                    if results:
-                        summary.items += len(results)
-                        yield results
-            else:
-                for start in list(ready):
-                    _, results = ready.pop(start)
+    # -- results out -------------------------------------------------------------------
+
+    def drain(self) -> Generator[list[Any], None, None]:
+        """Yield the results whose turn has come: in input order up to the first chunk
+        still missing, or (unordered) every chunk that ended."""
+        ready, summary = self.ready, self.summary
+        if self.plan.ordered:
+            while self.next_yield in ready:
+                end, results = ready.pop(self.next_yield)
+                self.next_yield = end
+                if results:
                     summary.items += len(results)
                     yield results
-            if stop_error is not None and stop_at is not None and next_yield >= stop_at:
-                _raise(stop_error)
-            fill()
-            if not inflight:
-                if ready or not exhausted:
-                    continue
-                break
-            done, _ = wait(inflight, return_when=FIRST_COMPLETED)
-            for future in done:
-                if future in inflight:  # a stop may have dropped it meanwhile
-                    collect(future)
-            fill()
-        if stop_error is not None:
-            _raise(stop_error)
-        if source_error is not None:
-            raise source_error
-        if plan.packed and plan.store is not None:
-            remove_finished_pieces(plan.store)
-        if failures:
-            failures.sort(key=lambda e: e.index if e.index is not None else -1)
-            raise MapError(failures, [], summary)
-    except BaseException as exc:
-        pending = exc
-        raise
-    finally:
-        if inflight:  # stopped early: nothing more starts, running chunks are stopped
-            backend.cancel(list(inflight))
-        backend.forget(job_ref)
-        plan.progress.close()
-        summary.finish(time.perf_counter() - t0)
-        if plan.store is not None:
+        else:
+            for start in list(ready):
+                _, results = ready.pop(start)
+                summary.items += len(results)
+                yield results
+
+    # -- stop and finish ---------------------------------------------------------------
+
+    def stop_after(self, index: int, error: BaseException) -> None:
+        """Ordered results with on_error="raise": keep what comes before ``index``,
+        cancel the rest, raise ``error`` once the results before it are out."""
+        if self.stop_at is not None and self.stop_at <= index:
+            return
+        self.stop_at, self.stop_error, self.exhausted = index, error, True
+        beyond = [f for f, c in self.inflight.items() if c.start >= index]
+        for future in beyond:
+            del self.inflight[future]
+        self.backend.cancel(beyond)
+        for start in [s for s in self.ready if s >= index]:
+            del self.ready[start]
+
+    def finish(self) -> None:
+        """Nothing is left in flight or to yield: raise what stopped the run (a failed
+        item, the input's own error, the failures collected), or tidy up after it."""
+        if self.stop_error is not None:
+            _raise(self.stop_error)
+        if self.source_error is not None:
+            raise self.source_error
+        if self.plan.packed and self.plan.store is not None:
+            remove_finished_pieces(self.plan.store)
+        if self.failures:
+            self.failures.sort(key=lambda e: e.index if e.index is not None else -1)
+            raise MapError(self.failures, [], self.summary)
+
+    def end(self, pending: BaseException | None) -> None:
+        """However the run ended: cancel the chunks still in flight (nothing more starts,
+        running ones are stopped), close the progress bar, write the summary.
+        ``pending`` is the exception the run raises, if any."""
+        if self.inflight:
+            self.backend.cancel(list(self.inflight))
+        self.backend.forget(self.job_ref)
+        self.plan.progress.close()
+        self.summary.finish(time.perf_counter() - self.t0)
+        if self.plan.store is not None:
             try:
-                plan.store.write_summary(summary.to_dict())
+                self.plan.store.write_summary(self.summary.to_dict())
             except OSError as exc:  # a full disk: say so, but not instead of the run's error
                 if pending is None:
                     raise
