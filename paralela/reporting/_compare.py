@@ -32,12 +32,7 @@ def load_compare(path: Path) -> Section:
     Raises:
         ConfigError: ``compare.json`` is unreadable or has no candidate list.
     """
-    data = read_json(path / "compare.json", "record paralela compare writes")
-    if not isinstance(data, dict) or not isinstance(data.get("candidates"), list):
-        raise ConfigError(
-            f"{path / 'compare.json'} has no candidate list; it was not written by "
-            "paralela compare. Run the comparison again with this run directory."
-        )
+    data = _read_record(path)
     candidates: list[dict[str, Any]] = sorted(data["candidates"], key=_rank)
     scoring = str(data.get("scoring") or "score")
     section = Section("compare", path, f"Compare: {path.name}")
@@ -46,7 +41,48 @@ def load_compare(path: Path) -> Section:
         states[str(c.get("state"))] = states.get(str(c.get("state")), 0) + 1
     families = list(dict.fromkeys(str(c.get("family")) for c in data["candidates"]))
     best = next((c for c in candidates if c.get("number") == data.get("best")), None)
-    section.facts = [
+    section.facts = _facts(path, data, scoring, families, states, best)
+    section.notes.extend(str(n) for n in data.get("notes") or [])
+    per_family = _best_per_family(candidates, families)
+    section.tables.append(_best_of_each_family(scoring, candidates, per_family))
+    section.tables.append(_leaderboard(scoring, candidates, states))
+    failed = [c for c in candidates if c.get("state") == "FAIL"]
+    if failed:
+        section.tables.append(_failed_table(failed))
+    scores = {
+        family: [
+            (float(c["mean"]), c.get("state") == "COMPLETE")
+            for c in candidates
+            if c.get("family") == family and _finite(c)
+        ]
+        for family in families
+    }
+    section.source = scores
+    section.data = _summary(data, scoring, best, per_family, scores)
+    return section
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    """``compare.json`` of the run directory ``path``, checked to hold a candidate list."""
+    data = read_json(path / "compare.json", "record paralela compare writes")
+    if not isinstance(data, dict) or not isinstance(data.get("candidates"), list):
+        raise ConfigError(
+            f"{path / 'compare.json'} has no candidate list; it was not written by "
+            "paralela compare. Run the comparison again with this run directory."
+        )
+    return data
+
+
+def _facts(
+    path: Path,
+    data: dict[str, Any],
+    scoring: str,
+    families: list[str],
+    states: dict[str, int],
+    best: dict[str, Any] | None,
+) -> list[tuple[str, str]]:
+    """The section's facts: scoring, folds, families, candidates, slots, time, best."""
+    facts = [
         ("scoring", f"{scoring} (higher is better)"),
         ("folds", str(data.get("cv", "?"))),
         ("families", ", ".join(families) or "-"),
@@ -58,84 +94,84 @@ def load_compare(path: Path) -> Section:
         ("wall time", fmt_seconds(float(data.get("wall_seconds") or 0.0))),
     ]
     if best is not None:
-        section.facts.append(
-            ("best", f"#{best.get('number')} {best.get('family')}: {_score(best)}")
-        )
+        facts.append(("best", f"#{best.get('number')} {best.get('family')}: {_score(best)}"))
         refit = (path / "best.pkl").is_file()
-        section.facts.append(
-            ("best model", str(path / "best.pkl") if refit else "not refit (refit=False)")
-        )
-    section.notes.extend(str(n) for n in data.get("notes") or [])
-    per_family = _best_per_family(candidates, families)
-    section.tables.append(
-        Table(
-            "Best of each family",
-            ["family", "candidate", f"{scoring} mean ± std", "fit time", "scored", "params"],
+        facts.append(("best model", str(path / "best.pkl") if refit else "not refit (refit=False)"))
+    return facts
+
+
+def _best_of_each_family(
+    scoring: str, candidates: list[dict[str, Any]], per_family: dict[str, dict[str, Any]]
+) -> Table:
+    return Table(
+        "Best of each family",
+        ["family", "candidate", f"{scoring} mean ± std", "fit time", "scored", "params"],
+        [
             [
-                [
-                    family,
-                    f"#{c.get('number')}",
-                    _score(c),
-                    fmt_seconds(c.get("fit_seconds")),
-                    str(sum(1 for d in candidates if d.get("family") == family and _finite(d))),
-                    _params(c.get("params")),
-                ]
-                for family, c in per_family.items()
-            ],
-            "Mean ± standard deviation of the score over the folds; fit time is per fold; "
-            "'scored' counts the family's candidates with a score (complete or pruned).",
-        )
+                family,
+                f"#{c.get('number')}",
+                _score(c),
+                fmt_seconds(c.get("fit_seconds")),
+                str(sum(1 for d in candidates if d.get("family") == family and _finite(d))),
+                _params(c.get("params")),
+            ]
+            for family, c in per_family.items()
+        ],
+        "Mean ± standard deviation of the score over the folds; fit time is per fold; "
+        "'scored' counts the family's candidates with a score (complete or pruned).",
     )
+
+
+def _leaderboard(scoring: str, candidates: list[dict[str, Any]], states: dict[str, int]) -> Table:
+    """The ``LEADERBOARD`` best candidates that ran every fold (``candidates`` is ranked)."""
     top = [c for c in candidates if c.get("state") == "COMPLETE"][:LEADERBOARD]
-    section.tables.append(
-        Table(
-            "Leaderboard",
-            ["", "candidate", "family", f"{scoring} mean ± std", "fit time", "params"],
+    return Table(
+        "Leaderboard",
+        ["", "candidate", "family", f"{scoring} mean ± std", "fit time", "params"],
+        [
             [
-                [
-                    str(i + 1),
-                    f"#{c.get('number')}",
-                    str(c.get("family")),
-                    _score(c),
-                    fmt_seconds(c.get("fit_seconds")),
-                    _params(c.get("params")),
-                ]
-                for i, c in enumerate(top)
-            ],
-            f"The {len(top)} best of {states.get('COMPLETE', 0)} candidates that ran every "
-            "fold, highest mean first."
-            if top
-            else "No candidate ran every fold.",
-        )
+                str(i + 1),
+                f"#{c.get('number')}",
+                str(c.get("family")),
+                _score(c),
+                fmt_seconds(c.get("fit_seconds")),
+                _params(c.get("params")),
+            ]
+            for i, c in enumerate(top)
+        ],
+        f"The {len(top)} best of {states.get('COMPLETE', 0)} candidates that ran every "
+        "fold, highest mean first."
+        if top
+        else "No candidate ran every fold.",
     )
-    failed = [c for c in candidates if c.get("state") == "FAIL"]
-    if failed:
-        section.tables.append(
-            Table(
-                "Failed candidates",
-                ["candidate", "family", "params", "error"],
-                [
-                    [
-                        f"#{c.get('number')}",
-                        str(c.get("family")),
-                        _params(c.get("params")),
-                        _last_line(c.get("error")),
-                    ]
-                    for c in failed[:20]
-                ],
-                f"{len(failed)} failed" + (" (first 20 shown)" if len(failed) > 20 else ""),
-            )
-        )
-    scores = {
-        family: [
-            (float(c["mean"]), c.get("state") == "COMPLETE")
-            for c in candidates
-            if c.get("family") == family and _finite(c)
-        ]
-        for family in families
-    }
-    section.source = scores
-    section.data = {
+
+
+def _failed_table(failed: list[dict[str, Any]]) -> Table:
+    return Table(
+        "Failed candidates",
+        ["candidate", "family", "params", "error"],
+        [
+            [
+                f"#{c.get('number')}",
+                str(c.get("family")),
+                _params(c.get("params")),
+                _last_line(c.get("error")),
+            ]
+            for c in failed[:20]
+        ],
+        f"{len(failed)} failed" + (" (first 20 shown)" if len(failed) > 20 else ""),
+    )
+
+
+def _summary(
+    data: dict[str, Any],
+    scoring: str,
+    best: dict[str, Any] | None,
+    per_family: dict[str, dict[str, Any]],
+    scores: dict[str, list[tuple[float, bool]]],
+) -> dict[str, Any]:
+    """``section.data``: the comparison in a few numbers, for ``report.json``."""
+    return {
         "scoring": scoring,
         "cv": data.get("cv"),
         "best": None
@@ -153,7 +189,6 @@ def load_compare(path: Path) -> Section:
         "wall_seconds": data.get("wall_seconds"),
         "slots": data.get("slots"),
     }
-    return section
 
 
 def scores_png(section: Section) -> bytes:
