@@ -349,3 +349,53 @@ def test_a_sweep_s_tables_are_replaced_whole_or_left_as_they_were(
         with pytest.raises(OSError, match="No space left"):
             write(tmp_path / name)
     assert contents(tmp_path) == before  # the former tables whole, no temp file beside
+
+
+# -- stage -----------------------------------------------------------------------------
+
+
+def test_stage_back_refuses_files_in_dest_it_did_not_write(tmp_path: Path) -> None:
+    from paralela.staging import stage
+
+    scratch, home = tmp_path / "scratch", tmp_path / "home"
+    (scratch / "sub").mkdir(parents=True)
+    (scratch / "model.pt").write_bytes(b"trained in scratch")
+    (scratch / "sub" / "log.txt").write_bytes(b"log")
+    home.mkdir()
+    (home / "model.pt").write_bytes(b"my own model, kept at home")  # not paralela's
+    (home / "notes.txt").write_bytes(b"not in the way")
+    with pytest.raises(ConfigError, match=r"did not write .*\(model\.pt\).*--overwrite"):
+        stage(home, scratch, back=True)
+    assert (home / "model.pt").read_bytes() == b"my own model, kept at home"
+    assert not (home / "sub").exists()  # nothing copied
+    # A copy a killed stage renamed into place but never recorded is its source's twin.
+    (home / "model.pt").write_bytes(b"trained in scratch")
+    st = (scratch / "model.pt").stat()
+    os.utime(home / "model.pt", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert stage(home, scratch, back=True).files_copied == 2
+    (scratch / "model.pt").write_bytes(b"trained again")  # recorded now: copied anew
+    assert stage(home, scratch, back=True).files_copied == 1
+    (home / "extra.bin").write_bytes(b"mine")
+    (scratch / "extra.bin").write_bytes(b"from scratch")
+    with pytest.raises(ConfigError, match=r"\(extra\.bin\)"):
+        stage(home, scratch, back=True)
+    result = stage(home, scratch, back=True, overwrite=True)
+    assert (home / "extra.bin").read_bytes() == b"from scratch"
+    assert result.files_copied == 1
+
+
+def test_cli_stage_exits_2_naming_the_file_unless_overwrite(tmp_path: Path) -> None:
+    scratch, home = tmp_path / "scratch", tmp_path / "home"
+    scratch.mkdir()
+    home.mkdir()
+    (scratch / "model.pt").write_bytes(b"trained in scratch")
+    (home / "model.pt").write_bytes(b"my own model")
+    refused = CliRunner().invoke(app, ["stage", str(home), str(scratch), "--back"])
+    assert refused.exit_code == 2, refused.output
+    assert "did not write" in refused.stderr
+    assert "(model.pt)" in refused.stderr
+    assert (home / "model.pt").read_bytes() == b"my own model"
+    args = ["stage", str(home), str(scratch), "--back", "--overwrite"]
+    replaced = CliRunner().invoke(app, args)
+    assert replaced.exit_code == 0, replaced.output
+    assert (home / "model.pt").read_bytes() == b"trained in scratch"

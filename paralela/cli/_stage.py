@@ -67,6 +67,14 @@ def stage(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No summary or warnings on stderr.")
     ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace files in DEST that paralela did not write; without it a stage "
+            "that would replace one is refused (exit 2) before anything is copied.",
+        ),
+    ] = False,
 ) -> None:
     from paralela.staging import StageError, verify_stage
     from paralela.staging import stage as run_stage
@@ -84,7 +92,7 @@ def stage(
         else:
             result = run_stage(
                 src, dest, back=back, workers=workers, verify=verify, checksum=checksum,
-                on_wait=waiting,
+                on_wait=waiting, overwrite=overwrite,
             )  # fmt: skip
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)

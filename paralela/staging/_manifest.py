@@ -89,12 +89,15 @@ class Manifest:
         entries: the current record of every copied file, by relative path.
         clean: whether the last stage that wrote here finished (``False``: it was killed,
             and temporary files may be left).
+        damaged: files paralela copied whose record a verify dropped (the copy no longer
+            matched): still paralela's, for the next stage to copy anew.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.path = root / MANIFEST_NAME
         self.entries: dict[str, Entry] = {}
+        self.damaged: set[str] = set()
         self.clean = True
         self._lines = 0
         self._file: IO[str] | None = None
@@ -122,9 +125,11 @@ class Manifest:
                     manifest.clean = True
                 elif event == "forget":
                     manifest.entries.pop(str(record["path"]), None)
+                    manifest.damaged.add(str(record["path"]))
                 elif event is None:
                     entry = Entry(**record)
                     manifest.entries[entry.path] = entry
+                    manifest.damaged.discard(entry.path)
             except (ValueError, TypeError, KeyError, AttributeError):
                 continue
         return manifest
@@ -156,11 +161,13 @@ class Manifest:
             return
         for entry in entries:
             self.entries[entry.path] = entry
+            self.damaged.discard(entry.path)
         self._append(*(_as_dict(entry) for entry in entries))
 
     def forget(self, path: str) -> None:
         """Drop a file's record, so that the next stage copies it anew."""
         self.entries.pop(path, None)
+        self.damaged.add(path)
         self._append({"event": "forget", "path": path})
 
     def finish(self, complete: bool) -> None:
@@ -179,6 +186,7 @@ class Manifest:
             self._file = None
         if complete and self._lines > 2 * len(self.entries) + 100:
             lines = [json.dumps(_as_dict(e), separators=(",", ":")) for e in self.entries.values()]
+            lines += [json.dumps({"event": "forget", "path": p}) for p in sorted(self.damaged)]
             lines.append(json.dumps({"event": "end"}))
             atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
             self._lines = len(lines)

@@ -15,9 +15,10 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -186,6 +187,33 @@ def _matches_source(job: _copy.Job, known: Entry | None) -> bool:
     )
 
 
+def _refuse_others_files(plan: Plan, jobs: list[_copy.Job], ours: Set[str]) -> None:
+    """Refuse DEST files that a copy would replace and paralela did not write: not in
+    DEST's manifest (``ours``: recorded, or dropped by a verify), and not a copy of its
+    source either (a stage killed before it recorded a copy leaves one with the source's
+    size and time)."""
+    found = []
+    for job in jobs:
+        if job.rel in ours:  # paralela's copy (changed since: copied anew, as documented)
+            continue
+        try:
+            st = os.lstat(job.dst)
+        except OSError:  # nothing there (or unreadable: the copy will say why)
+            continue
+        if not (
+            stat.S_ISREG(st.st_mode) and (st.st_size, st.st_mtime_ns) == (job.size, job.mtime_ns)
+        ):
+            found.append(job.rel)
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise ConfigError(
+            f"{plan.write_root} holds files paralela did not write where the stage would "
+            f"put its copies ({shown}): they differ from the source and no stage recorded "
+            "them. Nothing was copied. Move them away, stage to another place, or pass "
+            "overwrite=True (--overwrite) to replace them."
+        )
+
+
 def _check_space(plan: Plan, jobs: list[_copy.Job], known: Mapping[str, Entry]) -> None:
     """Refuse to start when what must be copied cannot fit in DEST."""
     todo = [job for job in jobs if not _matches_source(job, known.get(job.rel))]
@@ -237,6 +265,7 @@ def stage(
     env: Mapping[str, str] | None = None,
     lock_timeout: float | None = None,
     on_wait: Callable[[str], None] | None = None,
+    overwrite: bool = False,
 ) -> StageResult:
     """Copy a dataset to node-local scratch in parallel, verified; or results home.
 
@@ -245,7 +274,9 @@ def stage(
     name: a stage that is killed never leaves a partial file under a real name. A
     manifest in DEST (``.paralela-stage.jsonl``) records each copied file; the next
     stage skips files whose source has the same size and modification time and whose
-    copy is untouched, and copies changed files anew. Files are never deleted from DEST.
+    copy is untouched, and copies changed files anew. Files are never deleted from DEST,
+    and a file there that paralela did not write (not in the manifest, and not a copy of
+    its source either: another size or time) is never replaced unless ``overwrite``.
 
     Args:
         src: the dataset on the shared filesystem: a directory, or a single file.
@@ -265,13 +296,16 @@ def stage(
         lock_timeout: seconds to wait while another stage writes the same DEST;
             ``None`` waits until it is done.
         on_wait: called once with who holds DEST's lock when this call must wait.
+        overwrite: replace files in DEST that paralela did not write (``--overwrite``);
+            by default such files are refused before anything is copied.
 
     Returns:
         What was copied, skipped and verified, and ``path``, the staged copy.
 
     Raises:
         ConfigError: before anything is copied: SRC missing, SRC and DEST overlapping,
-            DEST not writable, not enough free space, an unknown checksum, ``workers < 1``.
+            DEST not writable, not enough free space, an unknown checksum, ``workers < 1``,
+            or DEST holds files paralela did not write where SRC's go (names a few).
         VerificationError: a copy did not match its source twice (deleted; not recorded).
         StageError: files could not be read or written (named with the reason; a full
             or read-only DEST stops the stage at once), or ``lock_timeout`` passed.
@@ -298,6 +332,8 @@ def stage(
         try:
             walk = _walk(plan, pool)
             known = dict(manifest.entries)
+            if not overwrite:
+                _refuse_others_files(plan, walk.jobs, known.keys() | manifest.damaged)
             _check_space(plan, walk.jobs, known)
             tally = _Tally(failures=list(walk.problems))
             for rel in sorted(walk.dirs):
