@@ -21,8 +21,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, exit_code_for, fail, interrupted
-from paralela.errors import ConfigError, ParalelaError
+from paralela.cli._errors import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    fail,
+    handling_errors,
+    kept_from_notes,
+)
+from paralela.errors import ConfigError
 
 if TYPE_CHECKING:
     from paralela.comparing import CandidateRecord, CompareResult
@@ -137,7 +143,7 @@ def compare_command(
     # does; the workers receive this sys.path and import it by the same name.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    try:
+    with handling_errors():
         X, y, _ = load_table(data, target)
         if task.lower() == "regression" and y.dtype.kind in "US":
             raise ConfigError(
@@ -150,11 +156,9 @@ def compare_command(
         families = families_from(
             space, classification=classification, seed=DEFAULT_SEED if seed is None else seed
         )
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
     import paralela.comparing
 
-    try:
+    with handling_errors(kept_from_notes("The comparison was interrupted."), say=_in_option_words):
         result = paralela.comparing.compare(
             families,
             X,
@@ -171,20 +175,16 @@ def compare_command(
             seed=seed,
             progress=progress,
         )
-    except KeyboardInterrupt as exc:
-        notes = getattr(exc, "__notes__", None) or ["The comparison was interrupted."]
-        interrupted(exc, notes[-1].replace("run it again", "run the same command again"))
-    except ParalelaError as exc:
-        # the API's words for the budget, as this command's options
-        message = str(exc).replace(
-            "give n_trials or time_budget", "give --n-trials or --time-budget"
-        )
-        fail(message, exit_code_for(exc))
     if json_out:
         typer.echo((result.run_dir / "compare.json").read_text())
     else:
         _print_result(result, "classification" if classification else "regression")
     _report_failures(result)
+
+
+def _in_option_words(exc: BaseException) -> str:
+    """The API's words for the budget, as this command's options."""
+    return str(exc).replace("give n_trials or time_budget", "give --n-trials or --time-budget")
 
 
 def _score(record: CandidateRecord) -> str:

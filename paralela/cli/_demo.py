@@ -10,8 +10,12 @@ from typing import Annotated, Any
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail
-from paralela.errors import ConfigError
+from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, handling_errors
+from paralela.errors import ConfigError, MissingExtraError
+
+# A step that needs an extra that is not installed: bad usage (install it, or skip the
+# step), as the epilog says.
+NEEDS_EXTRA = ((MissingExtraError, EXIT_USAGE),)
 
 DEMO_HELP = (
     "Run a data-parallel map, a hyperparameter sweep and a data-parallel training, and "
@@ -124,10 +128,8 @@ def demo(
         f"[bold]paralela demo[/bold]: extracting features from {n} synthetic sensor "
         "recordings, serially and then in parallel..."
     )
-    try:
+    with handling_errors():
         result = run_map_demo(n, workers, run_dir=directory / "map")
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
 
     table = Table(title="Data-parallel map: feature extraction", title_justify="left")
     table.add_column("items", justify="right")
@@ -190,10 +192,11 @@ def _report_step(console: Any, directory: Path) -> None:
     """Write the report of every step that ran and print its URL."""
     from paralela.reporting import write_report
 
-    try:
+    with handling_errors(
+        codes=((ConfigError, EXIT_FAILED),),
+        say=lambda exc: f"The report could not be written: {exc}",
+    ):
         written = write_report(directory)
-    except ConfigError as exc:
-        fail(f"The report could not be written: {exc}", EXIT_FAILED)
     for problem in written.problems:
         console.print(f"Note: {problem}", markup=False)
     console.print(
@@ -209,17 +212,14 @@ def _sweep_step(console: Any, trials: int, workers: int | None, run_dir: Path) -
     from rich.table import Table
 
     from paralela.demos import run_sweep_demo
-    from paralela.errors import MissingExtraError
 
     console.print(
         f"\n[bold]Hyperparameter sweep[/bold]: {trials} trials of a PyTorch MLP on the "
         "digits data set (learning rate, width, batch size), one trial per slot, "
         "hopeless trials pruned..."
     )
-    try:
+    with handling_errors(codes=NEEDS_EXTRA):
         sweep = run_sweep_demo(trials, workers, run_dir=run_dir)
-    except MissingExtraError as exc:
-        fail(str(exc), EXIT_USAGE)
     table = Table(title="Sweep: digits MLP", title_justify="left")
     for column in ("trials", "complete", "pruned", "failed", "slots", "wall s", "slots busy"):
         table.add_column(column, justify="right")
@@ -246,17 +246,14 @@ def _compare_step(console: Any, folds: int, workers: int | None, run_dir: Path) 
     from rich.table import Table
 
     from paralela.demos import run_compare_demo
-    from paralela.errors import ConfigError, MissingExtraError
 
     console.print(
         f"\n[bold]Model comparison[/bold]: logistic regression, k-nearest neighbours, a "
         f"random forest and an SVM, each with its grid, {folds}-fold cross-validated on "
         "digits, every (candidate, fold) pair a task on the slots..."
     )
-    try:
+    with handling_errors(codes=NEEDS_EXTRA):
         run = run_compare_demo(folds, workers, run_dir=run_dir)
-    except (MissingExtraError, ConfigError) as exc:
-        fail(str(exc), EXIT_USAGE)
     table = Table(title="Comparison: best of each family", title_justify="left")
     for column in ("family", "accuracy", "± std", "parameters"):
         table.add_column(column, justify="left" if column in ("family", "parameters") else "right")
@@ -290,19 +287,15 @@ def _training_step(console: Any, ranks: int, log_dir: Path) -> None:
     from rich.table import Table
 
     from paralela.demos import run_ddp_demo
-    from paralela.errors import DistributedError, MissingExtraError
+    from paralela.errors import DistributedError
 
     console.print(
         f"\n[bold]Data-parallel training[/bold]: paralela launch starts {ranks} ranks that "
         "train the MLP together (PyTorch DDP: each rank a share of every epoch, gradients "
         "averaged with all-reduce)..."
     )
-    try:
+    with handling_errors(codes=(*NEEDS_EXTRA, (DistributedError, EXIT_FAILED))):
         run = run_ddp_demo(ranks, log_dir=log_dir)
-    except MissingExtraError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except DistributedError as exc:
-        fail(str(exc), EXIT_FAILED)
     table = Table(title="Training: digits MLP, DDP", title_justify="left")
     for column in ("ranks", "epochs", "val accuracy", "val loss", "wall s"):
         table.add_column(column, justify="right")
@@ -322,16 +315,13 @@ def _predict_step(console: Any, images: int, workers: int | None, directory: Pat
     from rich.table import Table
 
     from paralela.demos import run_predict_demo
-    from paralela.errors import MissingExtraError
 
     console.print(
         f"\n[bold]Batch prediction[/bold]: the digits MLP classifies {images} images, in a "
         "serial loop and with paralela.predict (each worker loads the model once)..."
     )
-    try:
+    with handling_errors(codes=NEEDS_EXTRA):
         run = run_predict_demo(images, workers, run_dir=directory)
-    except MissingExtraError as exc:
-        fail(str(exc), EXIT_USAGE)
     table = Table(title="Prediction: digits MLP", title_justify="left")
     for column in ("images", "workers", "shards", "serial s", "predict s", "images/s",
                    "accuracy"):  # fmt: skip
@@ -372,19 +362,14 @@ def _serve_step(console: Any, requests: int, directory: Path) -> None:
     from rich.table import Table
 
     from paralela.demos import run_serve_demo
-    from paralela.errors import MissingExtraError
 
     clients = 16
     console.print(
         f"\n[bold]Serving[/bold]: paralela serve starts the digits MLP behind HTTP on "
         f"127.0.0.1; {clients} clients send {requests} images, then SIGTERM stops it..."
     )
-    try:
+    with handling_errors(codes=(*NEEDS_EXTRA, (RuntimeError, EXIT_FAILED))):
         run = run_serve_demo(requests, clients, run_dir=directory)
-    except MissingExtraError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except RuntimeError as exc:
-        fail(str(exc), EXIT_FAILED)
     table = Table(title="Serving: digits MLP over HTTP", title_justify="left")
     for column in ("requests", "clients", "start s", "req/s", "p50 ms", "p99 ms", "mean batch"):
         table.add_column(column, justify="right")

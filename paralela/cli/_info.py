@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from paralela.cli._app import app
-from paralela.errors import ConfigError
+from paralela.cli._errors import handling_errors
 from paralela.resources import detect, make_slots
 
 
@@ -30,12 +30,9 @@ def info(
     scratch that is erased at the end of the job); the warnings are also in --json as
     "advice". Exits with code 2 and a message when a SLURM_* variable is malformed.
     """
-    try:
+    with handling_errors():
         resources = detect()
         slots = make_slots(resources, gpus_per_slot=1 if resources.gpus else 0)
-    except ConfigError as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(2) from exc
     advice = None
     if run_dir or data:
         from paralela.resources._advice import advise_filesystems

@@ -10,14 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import (
-    EXIT_FAILED,
-    EXIT_RENDEZVOUS,
-    EXIT_USAGE,
-    fail,
-    interrupted,
-)
-from paralela.errors import ConfigError, RankFailedError, RendezvousError
+from paralela.cli._errors import EXIT_USAGE, fail, handling_errors
 
 LAUNCH_HELP = (
     "Run PROGRAM as the ranks of one distributed job.\n\n"
@@ -181,7 +174,7 @@ def launch(
         )
     from paralela.distributed import launch as run_launch
 
-    try:
+    with handling_errors("Every rank was stopped."):
         result = run_launch(
             program,
             nproc=nproc,
@@ -195,14 +188,6 @@ def launch(
             local=local,
             prefix=prefix,
         )
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except RendezvousError as exc:
-        fail(str(exc), EXIT_RENDEZVOUS)
-    except RankFailedError as exc:
-        fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt as exc:
-        interrupted(exc, "Every rank was stopped.")
     restarts = f" after {result.restarts} restart(s)" if result.restarts else ""
     print(
         f"paralela launch: {result.world_size} rank(s) finished{restarts} in "
@@ -235,12 +220,10 @@ def _submit(
     prefix: bool,
     options: dict[str, Any],
 ) -> None:
-    from paralela.backends.slurm._commands import SlurmCommandError
-    from paralela.distributed._slurm_submit import submit_launch
-    from paralela.errors import DistributedError
+    from paralela.distributed import submit_launch
 
     given = {k: v for k, v in options.items() if v is not None}
-    try:
+    with handling_errors("The Slurm job was cancelled."):
         result = submit_launch(
             program,
             module=module,
@@ -252,14 +235,6 @@ def _submit(
             prefix=prefix,
             **given,
         )
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except RendezvousError as exc:
-        fail(str(exc), EXIT_RENDEZVOUS)
-    except (DistributedError, SlurmCommandError) as exc:
-        fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt as exc:
-        interrupted(exc, "The Slurm job was cancelled.")
     print(
         f"paralela launch: Slurm job {result.job_id}: {result.world_size} rank(s) finished "
         f"in {result.wall_s:.1f} s; output {result.output}; logs in {result.log_dir}",

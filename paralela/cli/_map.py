@@ -30,7 +30,14 @@ import typer
 from paralela._config import UNSET
 from paralela.backends import available_backends
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_USAGE, fail, interrupted
+from paralela.cli._errors import (
+    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    fail,
+    handling_errors,
+    resume_hint,
+)
 from paralela.cli._jsonl import NanAs, NotJson, read_items, to_json
 from paralela.cli._load import load_function
 from paralela.cli._map_failures import Failed, fail_for, failure_of
@@ -325,7 +332,11 @@ def map_command(
     results: list[bytes | None] = [None] * len(items)  # each result as JSON
     unwritable: list[Failed] = []  # results JSON cannot hold
     failures: list[Failed] = []  # items the function failed on (collect)
-    try:
+
+    def explain(exc: Exception) -> None:  # each failure paralela knows: its message
+        fail_for(exc, items, run_dir, keep_finished(out_path, output, item_json, results, run_dir))
+
+    with handling_errors(resume_hint(run_dir, "chunks"), explain=explain):
         iterator = imap(
             call_fn,
             call_items,
@@ -349,16 +360,6 @@ def map_command(
                 if failed is None:
                     raise record from exc
                 failures.append(failed)
-    except KeyboardInterrupt as exc:
-        interrupted(
-            exc,
-            f"Finished chunks are kept in {run_dir}; run again to resume."
-            if run_dir
-            else "Pass --run-dir DIR to keep finished chunks, so that running again resumes.",
-        )
-    except Exception as exc:  # each failure paralela knows exits with its message
-        fail_for(exc, items, run_dir, keep_finished(out_path, output, item_json, results, run_dir))
-        raise  # not a failure paralela knows: a bug, shown with its traceback
 
     if unwritable and on_error is OnError.raise_:
         kept = keep_finished(out_path, output, item_json, results, run_dir)

@@ -26,9 +26,10 @@ from paralela.cli._errors import (
     EXIT_CODES_HELP,
     EXIT_FAILED,
     EXIT_USAGE,
-    exit_code_for,
     fail,
-    interrupted,
+    handling_errors,
+    resume_hint,
+    said_with_notes,
 )
 from paralela.cli._load import load_function
 from paralela.errors import MissingExtraError, ParalelaError
@@ -99,6 +100,15 @@ def _parse_options(pairs: list[str]) -> dict[str, str]:
             )
         options[key.strip()] = value.strip()
     return options
+
+
+def _full_disk(exc: Exception) -> None:
+    """A job that stopped on a full disk exits 1: a failure to retry once there is
+    room, not a usage error (the code its RunStoreError would have)."""
+    cause = exc.__cause__
+    full = isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT)
+    if full and isinstance(exc, ParalelaError):
+        fail(said_with_notes(exc), EXIT_FAILED)
 
 
 def _print_pairs(result: Any) -> None:
@@ -347,7 +357,12 @@ def mapreduce_command(
     else:
         mapper, reducer, combiner, batched = mapper_command, reducer_command, combiner_command, True
     fmt = format_ or (Format.text if streaming else Format.jsonl)
-    try:
+    with handling_errors(
+        resume_hint(run_dir, "tasks"),
+        codes=((MissingExtraError, EXIT_USAGE),),
+        say=said_with_notes,
+        explain=_full_disk,
+    ):
         result = mapreduce(
             mapper,
             reducer,
@@ -373,21 +388,5 @@ def mapreduce_command(
         )
         if output is None:
             _print_text(result) if fmt is Format.text else _print_pairs(result)
-    except KeyboardInterrupt as exc:
-        interrupted(
-            exc,
-            f"Finished tasks are kept in {run_dir}; run again to resume."
-            if run_dir
-            else "Pass --run-dir DIR to keep finished tasks, so that running again resumes.",
-        )
-    except MissingExtraError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except ParalelaError as exc:
-        notes = [n.removeprefix("paralela: ") for n in getattr(exc, "__notes__", [])]
-        notes = [n[:1].upper() + n[1:] for n in notes]
-        cause = exc.__cause__
-        full = isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT)
-        # A full disk is a failure to retry once there is room, not a usage error.
-        fail(" ".join([str(exc), *notes]), EXIT_FAILED if full else exit_code_for(exc))
     where = f"; {len(result.output_files)} files in {output}" if output is not None else ""
     typer.echo(f"paralela mapreduce: {result.summary}{where}", err=True)

@@ -21,9 +21,10 @@ from paralela.cli._errors import (
     EXIT_CODES_HELP,
     EXIT_FAILED,
     EXIT_USAGE,
-    exit_code_for,
     fail,
-    interrupted,
+    handling_errors,
+    resume_hint,
+    said_with_notes,
 )
 from paralela.cli._load import load_function
 from paralela.errors import MissingExtraError, ParalelaError
@@ -87,6 +88,12 @@ def _parse_options(pairs: list[str]) -> dict[str, str]:
             )
         options[key.strip()] = value.strip()
     return options
+
+
+def _unwritable(exc: Exception) -> None:
+    """The output cannot be written (a full disk, permissions): exit 1, saying so."""
+    if isinstance(exc, OSError):
+        fail(f"{exc}. Free space or choose another --output, then run again.", EXIT_FAILED)
 
 
 def load_model(spec: str) -> Any:
@@ -232,7 +239,12 @@ def predict_command(
 
     cls = load_model(model)
     options = _parse_options(option or [])
-    try:
+    with handling_errors(
+        resume_hint(run_dir, "shards", again="run the same command again"),
+        codes=((MissingExtraError, EXIT_USAGE),),
+        say=said_with_notes,
+        explain=_unwritable,
+    ):
         result = predict(
             cls,
             input_[0] if len(input_) == 1 else list(input_),
@@ -253,19 +265,4 @@ def predict_command(
             encoding=encoding,
             retries=UNSET if retries is None else retries,
         )
-    except KeyboardInterrupt as exc:
-        interrupted(
-            exc,
-            f"Finished shards are kept in {run_dir}; run the same command again to resume."
-            if run_dir
-            else "Pass --run-dir DIR to keep finished shards, so that running again resumes.",
-        )
-    except MissingExtraError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except ParalelaError as exc:
-        notes = [n.removeprefix("paralela: ") for n in getattr(exc, "__notes__", [])]
-        notes = [n[:1].upper() + n[1:] for n in notes]
-        fail(" ".join([str(exc), *notes]), exit_code_for(exc))
-    except OSError as exc:  # the output cannot be written (a full disk, permissions)
-        fail(f"{exc}. Free space or choose another --output, then run again.", EXIT_FAILED)
     typer.echo(f"paralela predict: {result}; {len(result.files)} files in {output}", err=True)

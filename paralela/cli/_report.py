@@ -13,8 +13,7 @@ from typing import Annotated
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_USAGE, fail
-from paralela.errors import ConfigError
+from paralela.cli._errors import handling_errors
 
 REPORT_HELP = (
     "Write an HTML report of RUN_DIR: a timeline of the tasks on each worker, how busy "
@@ -51,10 +50,8 @@ def report(
     """Write the report (:func:`paralela.reporting.write_report`) and print where it is."""
     from paralela.reporting import write_report
 
-    try:
+    with handling_errors():
         written = write_report(run_dir, out)
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
     kinds = ", ".join(f"{r.kind} {r.path}" for r in written.runs)
     typer.echo(f"paralela report: {len(written.runs)} run(s): {kinds}", err=True)
     if written.images:

@@ -18,8 +18,13 @@ from typing import Annotated, Any
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, interrupted
-from paralela.errors import ConfigError, ParalelaError
+from paralela.cli._errors import (
+    EXIT_USAGE,
+    USAGE_OR_FAILED,
+    fail,
+    handling_errors,
+    said_over_lines,
+)
 
 __all__ = ["parse_workers", "scale_command"]
 
@@ -151,7 +156,7 @@ def scale_command(
     ] = False,
 ) -> None:
     """Measure and fit; see ``SCALE_HELP``. Exits through :class:`typer.Exit`."""
-    from paralela.scaling import ScalingError, measure
+    from paralela.scaling import measure
 
     counts = parse_workers(workers) if workers is not None else None
     target = _target(list(ctx.args))
@@ -160,7 +165,7 @@ def scale_command(
         if not quiet or line.startswith("Warning:"):
             typer.echo(f"paralela scale: {line}", err=True)
 
-    try:
+    with handling_errors("Nothing was saved.", codes=USAGE_OR_FAILED, say=said_over_lines):
         result = measure(
             target,
             counts,
@@ -175,12 +180,6 @@ def scale_command(
             timer=timer,
             log=log,
         )
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except (ScalingError, ParalelaError) as exc:
-        fail("\n".join([str(exc), *getattr(exc, "__notes__", [])]), EXIT_FAILED)
-    except KeyboardInterrupt as exc:
-        interrupted(exc, "Nothing was saved.")
     if json_out:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -17,10 +17,15 @@ from typing import Annotated
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_CODES_HELP, EXIT_FAILED, EXIT_USAGE, fail
+from paralela.cli._errors import (
+    EXIT_CODES_HELP,
+    EXIT_USAGE,
+    fail,
+    handling_errors,
+    said_over_lines,
+)
 from paralela.cli._predict import GpusOption, ModelArgument, load_model
 from paralela.errors import ConfigError, MissingExtraError
-from paralela.serving._model import ModelError
 
 __all__ = ["serve_command"]
 
@@ -155,29 +160,25 @@ def serve_command(
 
     cls = load_model(model)
     token = _read_token(token_file) if token_file is not None else None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always", ExposedServerWarning)
-            warnings.showwarning = _show_warning  # one line on stderr, not Python's two
-            serve(
-                cls,
-                host=host,
-                port=port,
-                workers=workers,
-                workers_per_device=workers_per_device,
-                gpus=gpus,
-                max_batch=max_batch,
-                max_wait_ms=max_wait_ms,
-                max_queue=max_queue,
-                timeout=timeout,
-                token=token,
-                max_body_bytes=_parse_bytes(max_body),
-                read_timeout=read_timeout,
-                max_connections=max_connections,
-                log_level=log_level,
-            )
-    except (ConfigError, MissingExtraError) as exc:
-        fail(str(exc), EXIT_USAGE)
-    except ModelError as exc:
-        fail(str(exc), EXIT_FAILED, "\n".join(getattr(exc, "__notes__", [])) or None)
+    usage = ((MissingExtraError, EXIT_USAGE),)
+    with handling_errors(codes=usage, say=said_over_lines), warnings.catch_warnings():
+        warnings.simplefilter("always", ExposedServerWarning)
+        warnings.showwarning = _show_warning  # one line on stderr, not Python's two
+        serve(
+            cls,
+            host=host,
+            port=port,
+            workers=workers,
+            workers_per_device=workers_per_device,
+            gpus=gpus,
+            max_batch=max_batch,
+            max_wait_ms=max_wait_ms,
+            max_queue=max_queue,
+            timeout=timeout,
+            token=token,
+            max_body_bytes=_parse_bytes(max_body),
+            read_timeout=read_timeout,
+            max_connections=max_connections,
+            log_level=log_level,
+        )
     typer.echo("paralela serve: stopped", err=True)

@@ -13,8 +13,7 @@ from typing import Annotated
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, interrupted
-from paralela.errors import ConfigError
+from paralela.cli._errors import EXIT_USAGE, fail, handling_errors
 
 STAGE_HELP = (
     "Copy SRC (a directory or a file) to node-local scratch, in parallel, and print "
@@ -86,7 +85,20 @@ def stage(
         if not quiet:
             typer.echo(f"paralela stage: waiting for another stage ({holder})", err=True)
 
-    try:
+    def explain(exc: Exception) -> None:  # what was done before a StageError, then its line
+        if isinstance(exc, StageError) and exc.result is not None:
+            if not quiet:
+                for warning in exc.result.warnings:
+                    typer.echo(f"Warning: {warning}", err=True)
+            if json_:
+                report = {**exc.result.to_dict(), "error": str(exc), "failures": exc.failures}
+                typer.echo(json.dumps(report, indent=2))
+
+    with handling_errors(
+        "Finished files are recorded, unfinished copies were deleted. "
+        "Run the same command again to go on.",
+        explain=explain,
+    ):
         if verify_only:
             result = verify_stage(src, dest, back=back, workers=workers)
         else:
@@ -94,22 +106,6 @@ def stage(
                 src, dest, back=back, workers=workers, verify=verify, checksum=checksum,
                 on_wait=waiting, overwrite=overwrite,
             )  # fmt: skip
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except StageError as exc:
-        if exc.result is not None and not quiet:
-            for warning in exc.result.warnings:
-                typer.echo(f"Warning: {warning}", err=True)
-        if json_ and exc.result is not None:
-            report = {**exc.result.to_dict(), "error": str(exc), "failures": exc.failures}
-            typer.echo(json.dumps(report, indent=2))
-        fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt as exc:
-        interrupted(
-            exc,
-            "Finished files are recorded, unfinished copies were deleted. "
-            "Run the same command again to go on.",
-        )
     if not quiet:
         for warning in result.warnings:
             typer.echo(f"Warning: {warning}", err=True)

@@ -9,8 +9,14 @@ from typing import Annotated
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, interrupted
-from paralela.errors import ConfigError, ParalelaError
+from paralela.cli._errors import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    USAGE_OR_FAILED,
+    fail,
+    handling_errors,
+    kept_from_notes,
+)
 
 SWEEP_HELP = (
     "Search hyperparameters with one trial per GPU (or CPU share), stopping bad trials "
@@ -177,7 +183,6 @@ def sweep(
     ] = None,
 ) -> None:
     import paralela
-    from paralela.sweeping import SweepError
 
     command = list(ctx.args)
     if command and command[0] == "--":
@@ -218,7 +223,7 @@ def sweep(
     else:
         fail("give the trial command after '--' (or --function MODULE:FUNC).", EXIT_USAGE)
     directions = [d.strip() for d in direction.split(",")]
-    try:
+    with handling_errors(kept_from_notes("The sweep was interrupted."), codes=USAGE_OR_FAILED):
         result = paralela.sweep(
             objective,
             space,
@@ -243,15 +248,6 @@ def sweep(
             backend=backend,
             backend_options=backend_options,
         )
-    except KeyboardInterrupt as exc:
-        notes = getattr(exc, "__notes__", None) or ["The sweep was interrupted."]
-        interrupted(exc, notes[-1].replace("run it again", "run the same command again"))
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except SweepError as exc:
-        fail(str(exc), EXIT_FAILED)
-    except ParalelaError as exc:
-        fail(str(exc), EXIT_FAILED)
     if json_out:
         typer.echo((result.run_dir / "trials.json").read_text())
     else:

@@ -16,9 +16,8 @@ from typing import Any
 
 import typer
 
-from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, interrupted
+from paralela.cli._errors import EXIT_USAGE, USAGE_OR_FAILED, fail, handling_errors
 from paralela.cli._sweep import SLURM_ONLY as JOB_PARAMS  # the Slurm job's options
-from paralela.errors import ConfigError, ParalelaError
 
 __all__ = ["inner_args", "submit", "trial_job_options"]
 
@@ -94,9 +93,7 @@ def submit(
     json_out: bool,
 ) -> None:
     """Submit the sweep as one Slurm job, stream it, exit with its result."""
-    from paralela.backends.slurm._commands import SlurmCommandError
     from paralela.cli._launch import slurm_additional_options
-    from paralela.sweeping import SweepError
     from paralela.sweeping._identity import identify
     from paralela.sweeping._slurm import submit_sweep
     from paralela.sweeping._space import Space, as_space
@@ -107,12 +104,10 @@ def submit(
     space = params["space"]
     if space is None and function is None:
         fail("give the space of the command's parameters: --space FILE.", EXIT_USAGE)
-    try:
+    with handling_errors(codes=USAGE_OR_FAILED):
         # A broken space fails here, not after waiting in the queue. None: an Optuna
         # objective(trial) defines its parameters as it runs.
         space_ = Space(()) if space is None else as_space(space)
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
     # The name the sweep would pick itself (paralela.sweep's rule), made explicit.
     name = study or identify(function, command or None, space_).default_name
     root = run_dir if run_dir is not None else Path("paralela-runs") / name
@@ -130,7 +125,9 @@ def submit(
     }
     if "slurm_additional" in options:
         options["slurm_additional"] = slurm_additional_options(options["slurm_additional"])
-    try:
+    with handling_errors(
+        "The Slurm job was cancelled. Run again to continue.", codes=USAGE_OR_FAILED
+    ):
         job = submit_sweep(
             args,
             run_dir=root,
@@ -140,12 +137,6 @@ def submit(
             console=sys.stderr.buffer if json_out else None,
             **options,
         )
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except (SweepError, SlurmCommandError, ParalelaError) as exc:
-        fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt as exc:
-        interrupted(exc, "The Slurm job was cancelled. Run again to continue.")
     if json_out:
         typer.echo((job.run_dir / "trials.json").read_text())
         return
