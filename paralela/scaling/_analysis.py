@@ -189,72 +189,15 @@ def analyse(
     Raises:
         ConfigError: fewer than two counts, an empty or non-positive timing.
     """
-    counts = sorted(times)
-    if len(counts) < 2:
-        raise ConfigError(
-            f"A scaling analysis needs timings at two worker counts at least, got "
-            f"{counts or 'none'}."
-        )
-    for n in counts:
-        if not times[n]:
-            raise ConfigError(f"No timings for {n} workers; give at least one run per count.")
+    counts = _counts(times)
     base = counts[0]
     excluded, over_caveats = _oversubscription(counts, usable_cpus, oversubscribe)
     fitted = [n for n in counts if n not in excluded]
-    fit_workers = [n for n in fitted for _ in times[n]]
-    fit_times = [float(t) for n in fitted for t in times[n]]
-    fit: Fit
-    if weak:
-        fit = fit_gustafson(fit_workers, fit_times, reference, confidence=confidence, baseline=base)
-    else:
-        fit = fit_amdahl(fit_workers, fit_times, confidence=confidence, baseline=base)
-    base_median = median(times[base])
-    points = []
-    for n in counts:
-        med = median(times[n])
-        ratio = n / base
-        if not weak:
-            speedup = base_median / med
-        elif reference is not None and n != base:
-            speedup = median(reference[n]) / med
-        else:
-            speedup = ratio * base_median / med
-        if weak:  # the per-point Gustafson fraction: (n' - S) / (n' - 1)
-            kf = (ratio - speedup) / (ratio - 1.0) if ratio > 1 else None
-        else:
-            kf = _karp_flatt(speedup, ratio)
-        points.append(
-            ScalingPoint(
-                workers=n,
-                scale=_scale_value(n, base) if weak else 1.0,
-                times=tuple(float(t) for t in times[n]),
-                median=med,
-                speedup=speedup,
-                efficiency=speedup / ratio,
-                predicted_speedup=fit.speedup(n),
-                karp_flatt=kf,
-                oversubscribed=usable_cpus is not None and n > usable_cpus,
-                in_fit=n not in excluded,
-                reference_times=tuple(reference.get(n, ())) if reference is not None else (),
-            )
-        )
-    largest = counts[-1]
-    predictions = []
-    for factor in PREDICTION_FACTORS:
-        m = largest * factor
-        a_lo, a_hi = fit.band(m, "amdahl")
-        g_lo, g_hi = fit.band(m, "gustafson")
-        predictions.append(
-            Prediction(
-                workers=m,
-                amdahl=fit.speedup(m, "amdahl"),
-                amdahl_low=a_lo,
-                amdahl_high=a_hi,
-                gustafson=fit.speedup(m, "gustafson"),
-                gustafson_low=g_lo,
-                gustafson_high=g_hi,
-            )
-        )
+    fit = _fit(times, fitted, weak, reference, confidence, base)
+    points = [
+        _point(n, times, base, fit, weak, reference, usable_cpus, n not in excluded) for n in counts
+    ]
+    predictions = _predictions(fit, counts[-1])
     caveats = [
         *extra_caveats,
         *over_caveats,
@@ -275,6 +218,99 @@ def analyse(
         runs=list(runs),
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
+
+
+def _counts(times: Mapping[int, Sequence[float]]) -> list[int]:
+    """The worker counts, in order; two at least, each with a timing."""
+    counts = sorted(times)
+    if len(counts) < 2:
+        raise ConfigError(
+            f"A scaling analysis needs timings at two worker counts at least, got "
+            f"{counts or 'none'}."
+        )
+    for n in counts:
+        if not times[n]:
+            raise ConfigError(f"No timings for {n} workers; give at least one run per count.")
+    return counts
+
+
+def _fit(
+    times: Mapping[int, Sequence[float]],
+    fitted: list[int],
+    weak: bool,
+    reference: Mapping[int, Sequence[float]] | None,
+    confidence: float,
+    base: int,
+) -> Fit:
+    """Amdahl's (strong) or Gustafson's (weak) law fitted to the counts in ``fitted``."""
+    fit_workers = [n for n in fitted for _ in times[n]]
+    fit_times = [float(t) for n in fitted for t in times[n]]
+    if weak:
+        return fit_gustafson(
+            fit_workers, fit_times, reference, confidence=confidence, baseline=base
+        )
+    return fit_amdahl(fit_workers, fit_times, confidence=confidence, baseline=base)
+
+
+def _point(
+    n: int,
+    times: Mapping[int, Sequence[float]],
+    base: int,
+    fit: Fit,
+    weak: bool,
+    reference: Mapping[int, Sequence[float]] | None,
+    usable_cpus: int | None,
+    in_fit: bool,
+) -> ScalingPoint:
+    """The measured point at ``n`` workers: its speed-up over the baseline count,
+    efficiency, Karp-Flatt (strong) or per-point Gustafson (weak) fraction."""
+    base_median = median(times[base])
+    med = median(times[n])
+    ratio = n / base
+    if not weak:
+        speedup = base_median / med
+    elif reference is not None and n != base:
+        speedup = median(reference[n]) / med
+    else:
+        speedup = ratio * base_median / med
+    if weak:  # the per-point Gustafson fraction: (n' - S) / (n' - 1)
+        kf = (ratio - speedup) / (ratio - 1.0) if ratio > 1 else None
+    else:
+        kf = _karp_flatt(speedup, ratio)
+    return ScalingPoint(
+        workers=n,
+        scale=_scale_value(n, base) if weak else 1.0,
+        times=tuple(float(t) for t in times[n]),
+        median=med,
+        speedup=speedup,
+        efficiency=speedup / ratio,
+        predicted_speedup=fit.speedup(n),
+        karp_flatt=kf,
+        oversubscribed=usable_cpus is not None and n > usable_cpus,
+        in_fit=in_fit,
+        reference_times=tuple(reference.get(n, ())) if reference is not None else (),
+    )
+
+
+def _predictions(fit: Fit, largest: int) -> list[Prediction]:
+    """Both laws' speed-ups, with their bands, at ``PREDICTION_FACTORS`` x ``largest``."""
+    predictions = []
+    for factor in PREDICTION_FACTORS:
+        m = largest * factor
+        a_lo, a_hi = fit.band(m, "amdahl")
+        g_lo, g_hi = fit.band(m, "gustafson")
+        predictions.append(
+            Prediction(
+                workers=m,
+                amdahl=fit.speedup(m, "amdahl"),
+                amdahl_low=a_lo,
+                amdahl_high=a_hi,
+                gustafson=fit.speedup(m, "gustafson"),
+                gustafson_low=g_lo,
+                gustafson_high=g_hi,
+            )
+        )
+    return predictions
 
 
 def _dedupe(caveats: list[Caveat]) -> list[Caveat]:

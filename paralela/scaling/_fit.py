@@ -297,25 +297,7 @@ def fit_gustafson(
         raise ConfigError(
             f"fit_gustafson: the baseline count {base} has no timings; measure it too."
         )
-    ref_medians: dict[int, float] = {}
-    if reference is not None:
-        for n in by_count:
-            given = reference.get(n) or (by_count[n] if n == base else None)
-            if not given or any(not math.isfinite(t) or t <= 0 for t in given):
-                raise ConfigError(
-                    f"fit_gustafson: reference times for {n} workers are missing or not "
-                    "positive; pass the scaled work's times on the baseline count for "
-                    "every count, or no reference at all."
-                )
-            ref_medians[n] = median(given)
-    base_median = median(by_count[base])
-
-    def scaled(n: int, t: float) -> float:
-        if reference is not None:
-            return ref_medians[n] / t
-        return (n / base) * base_median / t
-
-    speedups = {n: [scaled(n, t) for t in ts] for n, ts in by_count.items()}
+    speedups = _scaled_speedups(by_count, reference, base)
     s_medians = {n: median(v) for n, v in speedups.items()}
     rows = [
         (n / base - 1.0, n / base - sp, 1.0 / s_medians[n] ** 2)
@@ -332,23 +314,11 @@ def fit_gustafson(
     ss_res = sum(w * (y - s * x) ** 2 for x, y, w in rows)
     stderr = math.sqrt(ss_res / dof / sxx) if dof > 0 else None
     ci = _interval(s, stderr, dof, confidence)
-    all_s = [(n / base, sp, 1.0 / s_medians[n] ** 2) for n, v in speedups.items() for sp in v]
-    sw = sum(w for *_, w in all_s)
-    mean_sp = sum(w * sp for _, sp, w in all_s) / sw
-    ss_tot = sum(w * (sp - mean_sp) ** 2 for _, sp, w in all_s)
-    r_squared = 1.0 - ss_res / ss_tot if ss_tot > 0 else None
+    r_squared = _gustafson_r_squared(speedups, s_medians, ss_res)
     residuals = tuple((n, s_medians[n] / gustafson_speedup(s, n, base) - 1.0) for n in by_count)
     caveats = _fit_caveats("gustafson", s, ci, r_squared, residuals, len(by_count), stderr)
     if reference is None:
-        caveats.append(
-            Caveat(
-                "estimated_reference",
-                "Scaled speed-ups are estimated as (n/baseline) x T(baseline) / T(n), without "
-                "reference runs of the scaled work on the baseline count: a serial part "
-                "that does not grow with the work makes them too high, so the serial "
-                "fraction is a lower bound. Measure with reference runs to know it.",
-            )
-        )
+        caveats.append(_ESTIMATED_REFERENCE)
     return Fit(
         model="gustafson",
         serial_fraction=s,
@@ -371,6 +341,50 @@ def fit_gustafson(
         baseline_workers=base,
         caveats=tuple(caveats),
     )
+
+
+_ESTIMATED_REFERENCE = Caveat(
+    "estimated_reference",
+    "Scaled speed-ups are estimated as (n/baseline) x T(baseline) / T(n), without "
+    "reference runs of the scaled work on the baseline count: a serial part "
+    "that does not grow with the work makes them too high, so the serial "
+    "fraction is a lower bound. Measure with reference runs to know it.",
+)
+
+
+def _scaled_speedups(
+    by_count: dict[int, list[float]],
+    reference: Mapping[int, Sequence[float]] | None,
+    base: int,
+) -> dict[int, list[float]]:
+    """Each run's scaled speed-up: the median reference time of its count over its
+    time, or, without a reference, ``n' * median(T(baseline)) / T(n)``."""
+    if reference is None:
+        base_median = median(by_count[base])
+        return {n: [(n / base) * base_median / t for t in ts] for n, ts in by_count.items()}
+    ref_medians: dict[int, float] = {}
+    for n in by_count:
+        given = reference.get(n) or (by_count[n] if n == base else None)
+        if not given or any(not math.isfinite(t) or t <= 0 for t in given):
+            raise ConfigError(
+                f"fit_gustafson: reference times for {n} workers are missing or not "
+                "positive; pass the scaled work's times on the baseline count for "
+                "every count, or no reference at all."
+            )
+        ref_medians[n] = median(given)
+    return {n: [ref_medians[n] / t for t in ts] for n, ts in by_count.items()}
+
+
+def _gustafson_r_squared(
+    speedups: dict[int, list[float]], s_medians: dict[int, float], ss_res: float
+) -> float | None:
+    """R² of the fit: the weighted residual sum of squares against the speed-ups' own
+    spread about their weighted mean (``None`` when they do not spread)."""
+    all_s = [(sp, 1.0 / s_medians[n] ** 2) for n, v in speedups.items() for sp in v]
+    sw = sum(w for _, w in all_s)
+    mean_sp = sum(w * sp for sp, w in all_s) / sw
+    ss_tot = sum(w * (sp - mean_sp) ** 2 for sp, w in all_s)
+    return 1.0 - ss_res / ss_tot if ss_tot > 0 else None
 
 
 def _check_confidence(confidence: float) -> None:
