@@ -21,11 +21,17 @@ import pytest
 import torch
 from helpers import default_sigint
 
-import paralela.distributed._slurm_job as slurm_job
-from paralela.backends.slurm._commands import SlurmCommandError
-from paralela.backends.slurm._state import JobState
+import paralela.backends.slurm._jobs as slurm_job
+from paralela.backends.slurm import (
+    JOB_OPTIONS,
+    JobOptions,
+    JobRun,
+    JobState,
+    SlurmCommandError,
+    job_options,
+    run_job,
+)
 from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
-from paralela.distributed._slurm_job import JOB_OPTIONS, JobOptions, JobRun, job_options, run_job
 from paralela.distributed._slurm_submit import launch_failure, launch_script, submit_launch
 from paralela.errors import ConfigError, DistributedError, RankFailedError, RendezvousError
 

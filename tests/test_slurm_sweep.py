@@ -27,10 +27,10 @@ from sweep_helpers import (
     write_script,
 )
 
+from paralela.backends.slurm import JobOptions
 from paralela.cli._errors import EXIT_USAGE
 from paralela.cli._sweep import sweep as sweep_cli
 from paralela.cli._sweep_slurm import inner_args
-from paralela.distributed._slurm_job import JobOptions
 from paralela.errors import ConfigError
 from paralela.resources import detect, make_slots
 from paralela.resources._gpus import detect_gpus

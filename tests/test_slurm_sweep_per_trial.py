@@ -23,7 +23,7 @@ from sweep_helpers import RECORD_VARIABLE, SLEEP_VARIABLE, TIMED_TRIAL, most_at_
 from sweep_helpers import write_script as write_trial
 
 import paralela
-from paralela.backends.slurm._state import JobState
+from paralela.backends.slurm import JobState
 from paralela.cli._errors import EXIT_FAILED
 from paralela.errors import ConfigError
 from paralela.sweeping._report import ENV_REPORT_FILE, report
@@ -105,7 +105,7 @@ def watch_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[dict[str, JobState]]
 ) -> tuple[SlurmTrial, list[tuple[Any, ...]]]:
     """Follow one (not submitted) trial with a scripted reader until its exit event."""
-    monkeypatch.setattr("paralela.backends.slurm._commands.require_slurm", lambda _: None)
+    monkeypatch.setattr("paralela.backends.slurm.require_slurm", lambda _: None)
     watcher = SlurmTrials({}, reader=ScriptedReader(answers))  # type: ignore[arg-type]
     trial = SlurmTrial(spec(tmp_path), "7", tmp_path / "t.reports")
     events: SimpleQueue[tuple[Any, ...]] = SimpleQueue()
@@ -161,7 +161,7 @@ def test_the_reaper_cancels_the_jobs_still_listed(
 
 
 def test_unknown_trial_job_options_are_listed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("paralela.backends.slurm._commands.require_slurm", lambda _: None)
+    monkeypatch.setattr("paralela.backends.slurm.require_slurm", lambda _: None)
     with pytest.raises(ConfigError) as caught:
         SlurmTrials({"gpus_per_node": 1})
     assert ", ".join(TRIAL_OPTIONS) in str(caught.value)

@@ -8,8 +8,8 @@
       │     #SBATCH --nodes=2 --ntasks-per-node=4 --gpus-per-node=4 ...
       │     exec srun --kill-on-bad-exit=1 python -m paralela launch ... train.py ...
       ▼
-    run_job (:mod:`._slurm_job`): submit, copy the job's output to the console while it
-      │ runs, wait for its end; Ctrl-C / SIGTERM cancels it (scancel)
+    run_job (:mod:`paralela.backends.slurm`): submit, copy the job's output to the
+      │ console while it runs, wait for its end; Ctrl-C / SIGTERM cancels it (scancel)
       ▼
     COMPLETED ──► SlurmLaunchResult
     otherwise ──► the rank that died first (the launchers' launch-node*.json, else
@@ -35,7 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from paralela.backends.slurm._commands import require_slurm
+from paralela.backends.slurm import (
+    JOB_OPTIONS,
+    JobOptions,
+    JobRun,
+    job_options,
+    render_script,
+    require_slurm,
+    run_job,
+    tail_of,
+)
 from paralela.distributed._bootstrap import EXIT_PREFLIGHT
 from paralela.distributed._launcher import (
     DEFAULT_STOP_GRACE,
@@ -43,15 +52,6 @@ from paralela.distributed._launcher import (
     resolve_rendezvous_timeout,
 )
 from paralela.distributed._rendezvous import DEFAULT_TIMEOUT
-from paralela.distributed._slurm_job import (
-    JOB_OPTIONS,
-    JobOptions,
-    JobRun,
-    job_options,
-    render_script,
-    run_job,
-    tail_of,
-)
 from paralela.errors import (
     ConfigError,
     DistributedError,

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from paralela.distributed._slurm_job import JOB_OPTIONS
+from paralela.backends.slurm import JOB_OPTIONS
 from paralela.errors import ConfigError
 
 if TYPE_CHECKING:
-    from paralela.distributed._slurm_job import JobOptions, JobRun
+    from paralela.backends.slurm import JobOptions, JobRun
 
 __all__ = ["SLURM_MODES", "SWEEP_OPTIONS", "SlurmSweepJob", "submit_sweep", "sweep_script"]
 
@@ -90,7 +90,7 @@ def sweep_script(
     """The batch script that runs ``paralela sweep ARGS`` in one allocation."""
     import shlex
 
-    from paralela.distributed._slurm_job import render_script
+    from paralela.backends.slurm import render_script
 
     cut = _end_of_options(sweep_args)
     command = [options.python, "-m", "paralela", "sweep", *sweep_args[:cut]]
@@ -179,8 +179,7 @@ def submit_sweep(
             the same command continues the sweep.
         KeyboardInterrupt: on Ctrl-C or SIGTERM, after cancelling the job.
     """
-    from paralela.backends.slurm._commands import require_slurm
-    from paralela.distributed._slurm_job import job_options, run_job
+    from paralela.backends.slurm import job_options, require_slurm, run_job
 
     if slurm_mode not in SLURM_MODES:
         raise ConfigError(

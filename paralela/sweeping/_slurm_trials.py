@@ -33,14 +33,12 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-from paralela.backends.slurm._state import JobState
-from paralela.distributed._slurm_job import JOB_OPTIONS
+from paralela.backends.slurm import JOB_OPTIONS, JobState
 from paralela.errors import ConfigError
 from paralela.sweeping._report import ENV_PARAMS, ENV_REPORT_FILE, ENV_TRIAL_NUMBER
 
 if TYPE_CHECKING:
-    from paralela.backends.slurm._state import StateReader
-    from paralela.distributed._slurm_job import JobOptions
+    from paralela.backends.slurm import JobOptions, StateReader
     from paralela.sweeping._trials import TrialSpec
 
 __all__ = ["DEFAULT_JOBS", "TRIAL_OPTIONS", "SlurmTrial", "SlurmTrials", "function_command"]
@@ -63,7 +61,7 @@ LOST_AFTER_S = 120.0
 
 def trial_options(options: Mapping[str, Any] | None) -> JobOptions:
     """The options of each trial's job; an unknown one is a ConfigError listing the valid."""
-    from paralela.distributed._slurm_job import job_options
+    from paralela.backends.slurm import job_options
 
     return job_options(dict(options or {}), valid=TRIAL_OPTIONS, what="sweep per-trial jobs")
 
@@ -114,7 +112,7 @@ class SlurmTrial:
 
     def terminate(self, grace: float) -> None:
         """``scancel`` the job (Slurm sends SIGTERM, then SIGKILL after its KillWait)."""
-        from paralela.backends.slurm._commands import SlurmCommandError, cancel
+        from paralela.backends.slurm import SlurmCommandError, cancel
 
         with contextlib.suppress(SlurmCommandError):
             cancel([self.job_id])
@@ -184,8 +182,7 @@ class SlurmTrials:
         ledger: Path | None = None,
         reader: StateReader | None = None,
     ) -> None:
-        from paralela.backends.slurm._commands import require_slurm
-        from paralela.backends.slurm._state import StateReader
+        from paralela.backends.slurm import StateReader, require_slurm
 
         self.options = trial_options(options)
         require_slurm("sweep --backend slurm")
@@ -205,8 +202,7 @@ class SlurmTrials:
         Raises:
             SlurmCommandError: sbatch refused the job.
         """
-        from paralela.backends.slurm._commands import submit_script
-        from paralela.distributed._slurm_job import render_script, submit_env
+        from paralela.backends.slurm import render_script, submit_env, submit_script
         from paralela.sweeping._trials import fill
 
         log = Path(spec.log_path)
@@ -259,7 +255,7 @@ class SlurmTrials:
             self._thread.join(timeout=30)
 
     def _watch(self) -> None:
-        from paralela.backends.slurm._commands import SlurmCommandError
+        from paralela.backends.slurm import SlurmCommandError
 
         first = time.monotonic()
         next_ask = first

@@ -10,6 +10,11 @@ For ``launch``/``sweep`` and scripts: :func:`submit_script`, :func:`cancel`,
 :func:`requeue`, :func:`cluster_limits`, :func:`wait_job` and :class:`StateReader`
 (states from ``sacct``, else ``scontrol show job``, else ``squeue -t all``).
 
+The job submitter (``launch --slurm``, ``sweep --backend slurm``): :func:`job_options`
+validates options into :class:`JobOptions`, :func:`render_script` writes the batch
+script, :func:`run_job` submits it, copies its output to the console, waits for its end
+(a :class:`JobRun`) and cancels it on Ctrl-C or SIGTERM.
+
 Importing this package runs no Slurm command.
 """
 
@@ -27,6 +32,16 @@ from paralela.backends.slurm._commands import (
     slurm_available,
     submit_script,
     write_script,
+)
+from paralela.backends.slurm._jobs import (
+    JOB_OPTIONS,
+    JobOptions,
+    JobRun,
+    job_options,
+    render_script,
+    run_job,
+    submit_env,
+    tail_of,
 )
 from paralela.backends.slurm._options import DEFAULT_MAX_JOBS, SlurmOptions, parse_options
 from paralela.backends.slurm._state import JobState, StateReader, wait_job
@@ -54,4 +69,13 @@ __all__ = [
     "JobState",
     "StateReader",
     "wait_job",
+    # the job submitter
+    "JOB_OPTIONS",
+    "JobOptions",
+    "JobRun",
+    "job_options",
+    "render_script",
+    "run_job",
+    "submit_env",
+    "tail_of",
 ]

@@ -17,9 +17,10 @@ copy its output to the console while it runs, wait for its end, cancel it on Ctr
     callers (``launch --slurm``, ``sweep --backend slurm``) turn the state into their
     result or error.
 
-Used by :mod:`paralela.distributed._slurm_submit` and :mod:`paralela.sweeping._slurm`;
-it belongs with the ``slurm`` backend's commands (:mod:`paralela.backends.slurm`) and
-imports only them. Nothing here imports torch.
+Public as :mod:`paralela.backends.slurm` (``run_job``, ``job_options``, ...); used by
+``launch --slurm`` (:mod:`paralela.distributed`) and ``sweep --backend slurm``
+(:mod:`paralela.sweeping`). It imports only the ``slurm`` backend's commands and
+:mod:`paralela.backends`. Nothing here imports torch.
 """
 
 from __future__ import annotations
