@@ -24,10 +24,10 @@ from pathlib import Path
 
 import typer
 
+from paralela._files import atomic_write
 from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail
 from paralela.cli._jsonl import text_json
 from paralela.mapping import MapSummary
-from paralela.runs._atomic import atomic_write
 
 __all__ = ["check_output", "keep_finished", "print_summary", "records", "write_results"]
 

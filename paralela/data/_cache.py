@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from paralela.data._parallel import _END, Stage
 from paralela.data._stats import StageStats
 from paralela.errors import ConfigError, FingerprintMismatchError
-from paralela.runs._fingerprint import (
+from paralela.runs import (
     describe_changes,
     digest_bytes,
     digest_items,

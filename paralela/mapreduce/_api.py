@@ -60,7 +60,7 @@ SPLITS_PER_WORKER = 2
 
 def default_memory_limit(workers: int) -> int:
     """:data:`DEFAULT_MEMORY_SHARE` of this allocation's memory, divided among ``workers``."""
-    from paralela.resources._memory import detect_memory
+    from paralela.resources import detect_memory
 
     share = int(detect_memory().limit * DEFAULT_MEMORY_SHARE) // max(1, workers)
     return max(MIN_MEMORY_LIMIT, share)

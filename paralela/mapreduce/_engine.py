@@ -67,8 +67,7 @@ from paralela.mapreduce._tasks import (
     run_map_task,
     run_reduce_task,
 )
-from paralela.runs import RunStore
-from paralela.runs._fingerprint import describe_changes, digest_bytes, fingerprint_function
+from paralela.runs import RunStore, describe_changes, digest_bytes, fingerprint_function
 
 __all__ = ["LocalJob", "run_local"]
 

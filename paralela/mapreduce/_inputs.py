@@ -258,7 +258,7 @@ def input_identity(splits: Sequence[Split]) -> str:
         InputError: a file cannot be examined any more.
         UnpicklableError: records that cannot be pickled.
     """
-    from paralela.runs._fingerprint import digest_items
+    from paralela.runs import digest_items
 
     h = hashlib.blake2b(digest_size=16)
     stats: dict[str, str] = {}

@@ -11,13 +11,16 @@ when :func:`detect` runs.
 
 from __future__ import annotations
 
-from paralela.resources._cpus import CpuInfo
+from paralela.resources._advice import advise_filesystems
+from paralela.resources._cpus import CpuInfo, detect_cpus
 from paralela.resources._detect import Resources, detect
-from paralela.resources._filesystems import FilesystemInfo
-from paralela.resources._gpus import GpuInfo
-from paralela.resources._memory import MemoryInfo
+from paralela.resources._filesystems import FilesystemInfo, filesystem_of
+from paralela.resources._gpus import GpuInfo, detect_gpus
+from paralela.resources._memory import MemoryInfo, detect_memory
+from paralela.resources._mounts import read_mounts
+from paralela.resources._render import format_bytes, print_report
 from paralela.resources._slots import THREAD_VARIABLES, Slot, make_slots
-from paralela.resources._slurm import SlurmAllocation, expand_nodelist
+from paralela.resources._slurm import SlurmAllocation, detect_slurm, expand_nodelist
 
 __all__ = [
     # detection
@@ -29,6 +32,17 @@ __all__ = [
     "SlurmAllocation",
     "FilesystemInfo",
     "expand_nodelist",
+    # one part at a time
+    "detect_cpus",
+    "detect_memory",
+    "detect_gpus",
+    "detect_slurm",
+    "filesystem_of",
+    "read_mounts",
+    # advice and the report of `paralela info`
+    "advise_filesystems",
+    "print_report",
+    "format_bytes",
     # slots
     "make_slots",
     "Slot",

@@ -523,7 +523,7 @@ class ScalingResult:
         Raises:
             ScalingError: the directory cannot be written.
         """
-        from paralela.runs._atomic import atomic_write
+        from paralela._files import atomic_write
 
         path = Path(run_dir)
         try:

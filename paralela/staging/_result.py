@@ -76,7 +76,7 @@ class StageResult:
 
     def summary(self) -> str:
         """One line for humans: counts, sizes, speed and where the files are."""
-        from paralela.resources._render import format_bytes
+        from paralela.resources import format_bytes
 
         if self.direction == "verify":
             return (

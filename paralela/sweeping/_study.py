@@ -66,8 +66,7 @@ def choose_storage(run_dir: Path, storage: str | None) -> StorageChoice:
                 "'postgresql://user@host/db', 'sqlite:///path/study.db' or 'journal:PATH'."
             )
         return StorageChoice(storage)
-    from paralela.resources._filesystems import filesystem_of
-    from paralela.resources._mounts import read_mounts
+    from paralela.resources import filesystem_of, read_mounts
 
     fs = filesystem_of("run", str(run_dir), read_mounts())
     if fs.kind == "network":
