@@ -31,7 +31,7 @@ from paralela.comparing._families import Family
 from paralela.comparing._schedule import halving_rounds
 from paralela.errors import ConfigError
 from paralela.resources import detect, make_slots
-from paralela.sweeping._space import Grid, Space
+from paralela.space import Grid, Space
 
 
 def _digits() -> tuple[Any, Any]:

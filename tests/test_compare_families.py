@@ -17,7 +17,7 @@ from sklearn.svm import SVC
 
 from paralela.comparing._families import ALIASES, Family, families_from, resolve_estimator
 from paralela.errors import ConfigError
-from paralela.sweeping._space import Categorical, Choice, Float, Grid, Int, Space
+from paralela.space import Categorical, Choice, Float, Grid, Int, Space
 
 COMPARE_YAML = """\
 model:

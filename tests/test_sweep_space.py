@@ -17,7 +17,7 @@ from optuna.distributions import (
 )
 
 from paralela.errors import ConfigError, MissingExtraError
-from paralela.sweeping._space import (
+from paralela.space import (
     MAX_GRID_POINTS,
     Categorical,
     Fixed,
@@ -691,7 +691,7 @@ def test_import_loads_no_optional_dependency() -> None:
     code = (
         "import sys\n"
         f"sys.path.insert(0, {str(REPO)!r})\n"
-        "import paralela.sweeping._space\n"
+        "import paralela.space\n"
         "print(sorted(m for m in ('optuna', 'yaml', 'tomllib', 'tomli') if m in sys.modules))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

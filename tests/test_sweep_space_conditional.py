@@ -16,7 +16,7 @@ import pytest
 
 import paralela
 from paralela.errors import ConfigError
-from paralela.sweeping._space import (
+from paralela.space import (
     MAX_GRID_POINTS,
     Categorical,
     Choice,

@@ -94,9 +94,9 @@ def submit(
 ) -> None:
     """Submit the sweep as one Slurm job, stream it, exit with its result."""
     from paralela.cli._launch import slurm_additional_options
+    from paralela.space import Space, as_space
     from paralela.sweeping._identity import identify
     from paralela.sweeping._slurm import submit_sweep
-    from paralela.sweeping._space import Space, as_space
 
     params = ctx.params
     if function is None and not command:

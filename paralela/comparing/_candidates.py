@@ -25,7 +25,7 @@ from paralela.errors import ConfigError
 
 if TYPE_CHECKING:
     from paralela.comparing._families import Family
-    from paralela.sweeping._space import Space
+    from paralela.space import Space
 
 __all__ = ["Candidate", "GridSource", "SampledSource", "family_grid", "is_finite"]
 
@@ -140,7 +140,7 @@ def suggest(trial: Any, space: Space) -> tuple[str, dict[str, Any]]:
     """Sample a family and its parameters on ``trial``, define-by-run over the
     conditional space :func:`choice_space`: ``model``, then ``"<family>.<name>"`` (for
     a list of grids: the grid, then its parameters; the family's are returned plain)."""
-    from paralela.sweeping._space import branch_params
+    from paralela.space import branch_params
 
     flat = space.sample(trial)
     family = str(flat[MODEL])
@@ -149,7 +149,7 @@ def suggest(trial: Any, space: Space) -> tuple[str, dict[str, Any]]:
 
 def choice_space(families: Sequence[Family]) -> Space:
     """One choice, ``model``, whose options are the families and their spaces."""
-    from paralela.sweeping._space import Choice, Space
+    from paralela.space import Choice, Space
 
     return Space((Choice(MODEL, {f.name: f.space for f in families}),))
 

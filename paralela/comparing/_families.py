@@ -35,7 +35,7 @@ from typing import Any
 
 from paralela.comparing._grids import GRIDS, grid_space
 from paralela.errors import ConfigError
-from paralela.sweeping._space import (
+from paralela.space import (
     Choice,
     Space,
     load_sweep_file,

@@ -24,7 +24,7 @@ from typing import Any
 
 from paralela.comparing._store import candidate_key
 from paralela.errors import ConfigError
-from paralela.sweeping._space import Choice, Grid, Param, Space, space_from_dict
+from paralela.space import Choice, Grid, Param, Space, space_from_dict
 
 __all__ = ["GRIDS", "grid_space", "plain_params", "points"]
 

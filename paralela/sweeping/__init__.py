@@ -9,12 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from paralela.sweeping._api import sweep
-    from paralela.sweeping._context import TrialPruned
-    from paralela.sweeping._driver import SweepError
-    from paralela.sweeping._report import current_params, report
-    from paralela.sweeping._results import SweepResult, TrialRecord
-    from paralela.sweeping._space import (
+    from paralela.space import (
         Categorical,
         Choice,
         Fixed,
@@ -24,6 +19,11 @@ if TYPE_CHECKING:
         Space,
         load_space,
     )
+    from paralela.sweeping._api import sweep
+    from paralela.sweeping._context import TrialPruned
+    from paralela.sweeping._driver import SweepError
+    from paralela.sweeping._report import current_params, report
+    from paralela.sweeping._results import SweepResult, TrialRecord
 
 __all__ = [
     "Categorical",
@@ -53,7 +53,7 @@ _LAZY = {
     "TrialRecord": "paralela.sweeping._results",
     **dict.fromkeys(
         ("Categorical", "Choice", "Fixed", "Float", "Grid", "Int", "Space", "load_space"),
-        "paralela.sweeping._space",
+        "paralela.space",
     ),
 }
 

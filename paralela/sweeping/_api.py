@@ -14,13 +14,13 @@ from paralela._files import make_dirs
 from paralela.backends._interrupt import sigterm_as_interrupt
 from paralela.errors import ConfigError, add_note
 from paralela.resources import Slot
+from paralela.space import Space, as_space
 from paralela.sweeping._disk import storage_errors
 from paralela.sweeping._driver import Budget, check_budget, run_trials
 from paralela.sweeping._identity import check_identity, check_run_dir, identify
 from paralela.sweeping._objective import takes_trial
 from paralela.sweeping._outputs import records_from_study, write_outputs
 from paralela.sweeping._results import SweepResult
-from paralela.sweeping._space import Space, as_space
 from paralela.sweeping._study import (
     DRIVER_ATTR,
     INTERRUPTED_ATTR,

@@ -21,7 +21,7 @@ from typing import Any
 
 from paralela._output_dir import refuse_others_outputs
 from paralela.errors import ConfigError
-from paralela.sweeping._space import Space
+from paralela.space import Space
 
 __all__ = ["SweepIdentity", "check_identity", "check_run_dir", "identify"]
 

@@ -1,5 +1,5 @@
 """Reading a sweep's space from a YAML, TOML or CSV file, with the line of each
-parameter for the errors (see :mod:`paralela.sweeping._space`, which builds the space).
+parameter for the errors (see :mod:`paralela.space._forms`, which builds the space).
 
     .yaml/.yml --_load_yaml--+
     .toml      --_load_toml--+--> (mapping, lines) --sweep_from_dict--> Space, settings
@@ -21,16 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from paralela.errors import ConfigError, MissingExtraError
-from paralela.sweeping._space import (
-    _CSV_FLOAT,
-    _EXTENSIONS,
-    Space,
-    _branch_chains,
-    _check_name,
-    _from_configurations,
-    _Invalid,
-    sweep_from_dict,
-)
+from paralela.space._checks import _CSV_FLOAT, _EXTENSIONS, _check_name, _Invalid
+from paralela.space._forms import _branch_chains, _from_configurations, sweep_from_dict
+from paralela.space._space import Space
 
 __all__ = ["read_sweep_file"]
 
@@ -289,7 +282,7 @@ def _check_empty_cells(
 
 
 def read_sweep_file(path: Path) -> tuple[Space, dict[str, Any]]:
-    """See :func:`paralela.sweeping._space.load_sweep_file`."""
+    """See :func:`paralela.space.load_sweep_file`."""
     if path.suffix.lower() not in _EXTENSIONS:
         raise ConfigError(
             f"Cannot tell the format of {str(path)!r} from its extension; use one of: "
