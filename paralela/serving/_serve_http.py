@@ -27,7 +27,7 @@ import json
 import os
 import resource
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from paralela.errors import ConfigError
 
@@ -122,106 +122,123 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
     server (a class per server: the connections it may close are the server's own)."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    # Connections without a whole request, by how long they have been so, oldest first.
-    waiting: collections.OrderedDict[ConnectionGuard, None] = collections.OrderedDict()
+    class ConnectionGuard(_Guard, HttpToolsProtocol):
+        _limits = limits
+        _closable: ClassVar[collections.OrderedDict[_Guard, None]] = collections.OrderedDict()
 
-    def close_oldest() -> bool:
-        while waiting:
-            oldest, _ = waiting.popitem(last=False)
+    return ConnectionGuard
+
+
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Protocol
+else:
+    _Protocol = object  # uvicorn is imported when a server starts: guarded_protocol adds it
+
+
+class _Guard(_Protocol):
+    """The limits, as overrides of uvicorn's protocol (its next class in the MRO)."""
+
+    _limits: ClassVar[ConnectionLimits]
+    # The server's connections without a whole request (still sending one, or idle
+    # between two), by how long they have been so, oldest first: those that may be closed.
+    _closable: ClassVar[collections.OrderedDict[_Guard, None]]
+    _timer: asyncio.TimerHandle | None = None
+    _header_bytes = 0  # of the request being read, until its headers end
+    _headers_done = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        limits = self._limits
+        if len(self.connections) > limits.max_connections and not self._close_oldest():
+            self._refuse(
+                503,
+                "Service Unavailable",
+                f"the server has {limits.max_connections} connections open, each "
+                "waiting for its answer (its max_connections); retry",
+                "retry-after: 1\r\n",
+            )
+            return
+        self._waiting()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_timer()
+        self._closable.pop(self, None)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._headers_done:
+            self._header_bytes += len(data)
+        super().data_received(data)
+        if not self._headers_done and self._header_bytes > MAX_HEADER_BYTES:
+            self._refuse(
+                431,
+                "Request Header Fields Too Large",
+                f"the request line and headers are larger than {MAX_HEADER_BYTES} bytes",
+            )
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._timer is None:  # the next request on a kept-alive connection
+            self._waiting()
+
+    def on_headers_complete(self) -> None:
+        self._headers_done = True
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._stop_timer()  # a whole request: it waits for its answer now
+        self._closable.pop(self, None)
+        self._headers_done = False  # the next request's are to come
+        self._header_bytes = 0
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._timer is None and not self.transport.is_closing():
+            self._closable[self] = None  # idle: may be closed for a new client
+
+    def _close_oldest(self) -> bool:
+        """Close the connection that has waited longest without a whole request."""
+        closable = self._closable
+        while closable:
+            oldest, _ = closable.popitem(last=False)
             oldest._stop_timer()
             if not oldest.transport.is_closing():
                 oldest.transport.close()
                 return True
         return False
 
-    class ConnectionGuard(HttpToolsProtocol):
-        _timer: asyncio.TimerHandle | None = None
-        _header_bytes = 0  # of the request being read, until its headers end
-        _headers_done = False
+    def _waiting(self) -> None:
+        self._closable[self] = None
+        self._closable.move_to_end(self)
+        self._stop_timer()
+        self._timer = self.loop.call_later(self._limits.read_timeout, self._timed_out)
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            if len(self.connections) > limits.max_connections and not close_oldest():
-                self._refuse(
-                    503,
-                    "Service Unavailable",
-                    f"the server has {limits.max_connections} connections open, each "
-                    "waiting for its answer (its max_connections); retry",
-                    "retry-after: 1\r\n",
-                )
-                return
-            self._waiting()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._stop_timer()
-            waiting.pop(self, None)
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if not self._headers_done:
-                self._header_bytes += len(data)
-            super().data_received(data)
-            if not self._headers_done and self._header_bytes > MAX_HEADER_BYTES:
-                self._refuse(
-                    431,
-                    "Request Header Fields Too Large",
-                    f"the request line and headers are larger than {MAX_HEADER_BYTES} bytes",
-                )
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            if self._timer is None:  # the next request on a kept-alive connection
-                self._waiting()
-
-        def on_headers_complete(self) -> None:
-            self._headers_done = True
-            super().on_headers_complete()
-
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            self._stop_timer()  # a whole request: it waits for its answer now
-            waiting.pop(self, None)
-            self._headers_done = False  # the next request's are to come
-            self._header_bytes = 0
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if self._timer is None and not self.transport.is_closing():
-                waiting[self] = None  # idle: may be closed for a new client
-
-        def _waiting(self) -> None:
-            waiting[self] = None
-            waiting.move_to_end(self)
-            self._stop_timer()
-            self._timer = self.loop.call_later(limits.read_timeout, self._timed_out)
-
-        def _stop_timer(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-
-        def _timed_out(self) -> None:
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
             self._timer = None
-            waiting.pop(self, None)
-            cycle = self.cycle
-            if cycle is not None and cycle.response_started and not cycle.response_complete:
-                self.transport.close()  # the app answered already: nothing to add
-                return
-            self._refuse(
-                408,
-                "Request Timeout",
-                f"the request did not arrive within {limits.read_timeout:g} s (the server's "
-                "--read-timeout); send its headers and body at once",
-            )
 
-        def _refuse(self, status: int, reason: str, message: str, extra: str = "") -> None:
-            self._stop_timer()
-            waiting.pop(self, None)
-            if not self.transport.is_closing():
-                self.transport.write(_raw(status, reason, message, extra))
-                self.transport.close()
+    def _timed_out(self) -> None:
+        self._timer = None
+        self._closable.pop(self, None)
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started and not cycle.response_complete:
+            self.transport.close()  # the app answered already: nothing to add
+            return
+        self._refuse(
+            408,
+            "Request Timeout",
+            f"the request did not arrive within {self._limits.read_timeout:g} s (the "
+            "server's --read-timeout); send its headers and body at once",
+        )
 
-    return ConnectionGuard
+    def _refuse(self, status: int, reason: str, message: str, extra: str = "") -> None:
+        self._stop_timer()
+        self._closable.pop(self, None)
+        if not self.transport.is_closing():
+            self.transport.write(_raw(status, reason, message, extra))
+            self.transport.close()
 
 
 def is_loopback(address: Any) -> bool:

@@ -326,51 +326,8 @@ def stage(
         algorithm = _resolve_checksum(checksum, manifest)
         if not manifest.clean:
             remove_temporaries(plan.write_root)
-        stop = threading.Event()
-        pool = ThreadPoolExecutor(n, thread_name_prefix="paralela-stage")
-        begun = False
-        try:
-            walk = _walk(plan, pool)
-            known = dict(manifest.entries)
-            if not overwrite:
-                _refuse_others_files(plan, walk.jobs, known.keys() | manifest.damaged)
-            _check_space(plan, walk.jobs, known)
-            tally = _Tally(failures=list(walk.problems))
-            for rel in sorted(walk.dirs):
-                try:
-                    os.makedirs(plan.write_root / rel, exist_ok=True)
-                except OSError as exc:
-                    why = exc.strerror or str(exc)
-                    tally.failures.append((rel, f"cannot create the directory: {why}"))
-            manifest.begin()
-            begun = True
-
-            def run_batch(batch: list[_copy.Job]) -> list[_copy.Outcome]:
-                done = []
-                for job in batch:
-                    entry = known.get(job.rel)
-                    try:
-                        out = _copy.transfer(
-                            job, entry, algorithm, verify=verify, durable=back, stop=stop
-                        )
-                    except _copy.Stopped:
-                        break
-                    done.append(out)
-                return done
-
-            batches = _batches(walk.jobs, n)
-            for future in _window(pool, run_batch, batches, n * _QUEUE_PER_WORKER):
-                manifest.record(tally.add(future.result()))
-                if tally.fatal:
-                    stop.set()
-        except BaseException:
-            stop.set()
-            pool.shutdown(wait=True, cancel_futures=True)
-            if begun:
-                manifest.finish(complete=False)
-            raise
-        pool.shutdown(wait=True)
-        manifest.finish(complete=not tally.fatal)
+        options = _Options(n, algorithm, verify=verify, durable=back, overwrite=overwrite)
+        walk, tally = _copy_all(plan, manifest, options)
     total = sum(job.size for job in walk.jobs)
     result = StageResult(
         source=str(plan.read_root),
@@ -387,6 +344,98 @@ def stage(
         checksum=algorithm,
         warnings=tuple(walk.warnings + tally.notes + lock_warnings + _dest_warnings(plan, total)),
     )
+    _raise_failures(plan, walk, tally, result)
+    return result
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How the copies of one stage are made."""
+
+    workers: int
+    algorithm: str
+    verify: bool
+    durable: bool  # sync each file before its rename (staging back)
+    overwrite: bool
+
+
+def _copy_all(plan: Plan, manifest: Manifest, options: _Options) -> tuple[_Walk, _Tally]:
+    """Walk SRC, check DEST, then copy in ``options.workers`` threads, recording each
+    copy in the manifest as its batch finishes. A fatal error (DEST full) stops the
+    threads; any exception (Ctrl-C) stops them, waits for them and closes the manifest
+    as incomplete before it propagates."""
+    n = options.workers
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(n, thread_name_prefix="paralela-stage")
+    begun = False
+    try:
+        walk = _walk(plan, pool)
+        known = dict(manifest.entries)
+        if not options.overwrite:
+            _refuse_others_files(plan, walk.jobs, known.keys() | manifest.damaged)
+        _check_space(plan, walk.jobs, known)
+        tally = _Tally(failures=list(walk.problems))
+        _make_dirs(plan, walk.dirs, tally)
+        manifest.begin()
+        begun = True
+
+        def run_batch(batch: list[_copy.Job]) -> list[_copy.Outcome]:
+            return _run_batch(batch, known, options, stop)
+
+        batches = _batches(walk.jobs, n)
+        for future in _window(pool, run_batch, batches, n * _QUEUE_PER_WORKER):
+            manifest.record(tally.add(future.result()))
+            if tally.fatal:
+                stop.set()
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        if begun:
+            manifest.finish(complete=False)
+        raise
+    pool.shutdown(wait=True)
+    manifest.finish(complete=not tally.fatal)
+    return walk, tally
+
+
+def _make_dirs(plan: Plan, dirs: list[str], tally: _Tally) -> None:
+    """Create SRC's directories in DEST; one that cannot be made is a failure."""
+    for rel in sorted(dirs):
+        try:
+            os.makedirs(plan.write_root / rel, exist_ok=True)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            tally.failures.append((rel, f"cannot create the directory: {why}"))
+
+
+def _run_batch(
+    batch: list[_copy.Job],
+    known: Mapping[str, Entry],
+    options: _Options,
+    stop: threading.Event,
+) -> list[_copy.Outcome]:
+    """In a thread: copy a batch of files, until ``stop`` is set."""
+    done = []
+    for job in batch:
+        entry = known.get(job.rel)
+        try:
+            out = _copy.transfer(
+                job,
+                entry,
+                options.algorithm,
+                verify=options.verify,
+                durable=options.durable,
+                stop=stop,
+            )
+        except _copy.Stopped:
+            break
+        done.append(out)
+    return done
+
+
+def _raise_failures(plan: Plan, walk: _Walk, tally: _Tally, result: StageResult) -> None:
+    """Raise the stage's failures, ``result`` attached: a DEST that could take no more
+    files, else files that did not verify, else files that could not be copied."""
     failures = sorted(tally.failures)
     if tally.fatal:
         raise StageError(
@@ -405,4 +454,3 @@ def stage(
             failures,
             result,
         )
-    return result
