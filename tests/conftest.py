@@ -16,7 +16,7 @@ import pytest
 from disk_helpers import small_disk  # noqa: F401  (a small real tmpfs)
 from spark_helpers import spark_cluster, spark_sessions  # noqa: F401  (Spark fixtures)
 
-from paralela.backends._processes import ProcessBackend
+from paralela.backends import ProcessBackend
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:

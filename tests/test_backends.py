@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,14 +20,16 @@ from paralela.backends import (
     _FACTORIES,
     Backend,
     Broadcast,
+    ProcessBackend,
+    RemoteTraceback,
+    SequentialBackend,
+    ThreadBackend,
     available_backends,
     discard_backend,
     get_backend,
+    make_backend,
     register_backend,
 )
-from paralela.backends._processes import ProcessBackend
-from paralela.backends._sequential import SequentialBackend
-from paralela.backends._threads import ThreadBackend
 from paralela.errors import ConfigError
 
 MAKERS: dict[str, Callable[[], Backend]] = {
@@ -262,3 +268,45 @@ def test_a_broken_shared_backend_is_replaced(monkeypatch: pytest.MonkeyPatch) ->
         assert paralela.map(square, range(3), backend="breakable") == [0, 1, 4]
     finally:
         discard_backend(get_backend("breakable"))
+
+
+def test_make_backend_returns_a_fresh_backend_the_caller_owns() -> None:
+    first, second = make_backend("threads", 2), make_backend("threads", 2)
+    try:
+        assert first is not second
+        assert first is not get_backend("threads", 2)
+        assert first.submit(os.getpid).result(timeout=30) == os.getpid()
+    finally:
+        first.shutdown()
+        second.shutdown()
+
+
+def test_the_public_seam_resolves_every_name() -> None:
+    import paralela.backends as backends
+
+    for name in backends.__all__:
+        assert getattr(backends, name, None) is not None, name
+    assert set(backends.__all__) <= set(dir(backends))
+
+
+def test_importing_backends_loads_no_backend_module() -> None:
+    code = (
+        "import json, sys, paralela.backends; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('paralela'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(json.loads(out.stdout))
+    assert loaded <= {"paralela", "paralela._version", "paralela.errors", "paralela.backends",
+                      "paralela.backends._base"}  # fmt: skip
+
+
+def test_remote_traceback_is_named_by_its_public_home() -> None:
+    cause = RemoteTraceback("Traceback (most recent call last): ...")
+    assert f"{type(cause).__module__}.{type(cause).__qualname__}" == (
+        "paralela.backends.RemoteTraceback"
+    )
+    again = pickle.loads(pickle.dumps(cause))
+    assert isinstance(again, RemoteTraceback)
+    assert again.tb == cause.tb

@@ -176,7 +176,7 @@ def test_a_file_cache_split_into_parts_is_refused(
 def test_the_cpu_budget_is_shared_by_the_local_ranks_and_loader_workers(
     no_ranks: pytest.MonkeyPatch,
 ) -> None:
-    from paralela.backends._base import usable_cpus
+    from paralela.backends import usable_cpus
 
     no_ranks.setenv("LOCAL_WORLD_SIZE", "2")
     run = iter(TorchIterable(Pipeline.from_iterable(range(3))))

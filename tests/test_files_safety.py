@@ -19,7 +19,7 @@ import pytest
 import paralela
 from paralela import _files
 from paralela._files import TMP_PREFIX, atomic_write, create_exclusive, make_dirs, temp_path
-from paralela.backends._wire import dumps
+from paralela.backends import dumps
 from paralela.backends.slurm._worker import run_task
 from paralela.distributed._checkpoint import save_checkpoint
 from paralela.distributed._env import local_specs

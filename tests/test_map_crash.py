@@ -31,7 +31,7 @@ import pytest
 from helpers import CountingItems
 
 import paralela
-from paralela.backends._processes import ProcessBackend
+from paralela.backends import ProcessBackend
 from paralela.errors import WorkerDiedError
 from paralela.mapping._chunking import MAX_CHUNK_ITEMS
 from paralela.mapping._engine import IN_FLIGHT_PER_WORKER

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import paralela
-from paralela.backends._processes import RemoteTraceback
+from paralela.backends import RemoteTraceback
 from paralela.errors import ConfigError, MapError, TaskError, UnpicklableError
 
 BACKENDS = ["sequential", "threads", "processes"]

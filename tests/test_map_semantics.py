@@ -15,8 +15,7 @@ import pytest
 from helpers import children_running
 
 import paralela
-from paralela.backends._context import worker_share
-from paralela.backends._processes import ProcessBackend
+from paralela.backends import ProcessBackend, worker_share
 from paralela.errors import ConfigError, MapError, TaskError
 
 BACKENDS = ["sequential", "threads", "processes"]

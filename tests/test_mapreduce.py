@@ -167,7 +167,7 @@ def test_every_worker_stays_within_the_memory_limit_plus_a_margin(tmp_path: Path
 
     import psutil
 
-    from paralela.backends._processes import ProcessBackend
+    from paralela.backends import ProcessBackend
 
     rng = random.Random(5)
     corpus = tmp_path / "keys"

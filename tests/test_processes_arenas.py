@@ -12,8 +12,7 @@ import numpy
 import pytest
 
 import paralela
-from paralela.backends._processes import ProcessBackend
-from paralela.backends._wire import zero_copy_available
+from paralela.backends import ProcessBackend, zero_copy_available
 
 MIB = 2**20
 ARENA = "paralela-arena"

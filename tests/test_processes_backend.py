@@ -15,8 +15,7 @@ import numpy
 import psutil
 import pytest
 
-from paralela.backends import Broadcast
-from paralela.backends._processes import ProcessBackend, RemoteTraceback
+from paralela.backends import Broadcast, ProcessBackend, RemoteTraceback
 from paralela.errors import ParalelaError, UnpicklableError, WorkerDiedError
 
 MIB = 2**20
@@ -283,7 +282,7 @@ def test_workers_that_die_at_start_up_stop_the_pool(poll: Callable[..., None]) -
 
 
 def test_grow_starts_more_workers_while_it_runs() -> None:
-    from paralela.backends._processes import ProcessBackend
+    from paralela.backends import ProcessBackend
 
     backend = ProcessBackend(1)
     try:

@@ -7,7 +7,7 @@ import os
 import pytest
 
 import paralela
-from paralela.backends._processes import ProcessBackend
+from paralela.backends import ProcessBackend, get_backend, make_backend
 from paralela.errors import ConfigError
 from paralela.resources import Slot
 
@@ -53,3 +53,29 @@ def test_workers_know_their_slot_index() -> None:
     with ProcessBackend(slots=slots) as backend:
         seen = set(paralela.map(_slot_index, range(20), backend=backend, chunksize=1))
     assert seen == {("0", "a"), ("1", "b")}
+
+
+def test_make_backend_pins_a_fresh_pool_to_slots() -> None:
+    slots = [Slot("localhost", (0,), ("a",), index=0), Slot("localhost", (0,), ("b",), index=1)]
+    backend = make_backend("processes", slots=slots)
+    other = make_backend("processes", slots=slots)
+    try:
+        assert isinstance(backend, ProcessBackend)
+        assert backend.effective_workers() == 2  # one worker per slot
+        assert other is not backend  # never shared: each caller owns its pool
+        seen = set(paralela.map(_slot_index, range(20), backend=backend, chunksize=1))
+    finally:
+        backend.shutdown()
+        other.shutdown()
+    assert seen == {("0", "a"), ("1", "b")}
+
+
+@pytest.mark.parametrize("name", ["threads", "sequential"])
+def test_slots_for_a_backend_that_cannot_pin_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match=f"Backend '{name}' cannot pin workers to slots"):
+        make_backend(name, 1, slots=[Slot("localhost", (0,), ())])
+
+
+def test_slots_for_a_backend_instance_are_refused() -> None:
+    with ProcessBackend(1) as backend, pytest.raises(ConfigError, match="slots apply to a backend"):
+        get_backend(backend, slots=[Slot("localhost", (0,), ())])

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from paralela.backends import get_backend
-from paralela.backends._threads import ThreadBackend
+from paralela.backends import ThreadBackend, get_backend
 from paralela.backends.slurm import ClusterLimits, SlurmBackend, SlurmOptions, parse_options
 from paralela.backends.slurm._backend import SlurmTaskDiedError, log_tail
 from paralela.backends.slurm._commands import parse_limits, require_slurm

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from paralela.backends._wire import dumps
+from paralela.backends import dumps
 from paralela.backends.slurm._worker import TaskRef, run_task
 from paralela.mapping._packed import given_cpus, run_packed
 from paralela.mapping._task import Job

@@ -11,39 +11,135 @@ this process's CPUs is stopped when its last run ends. So idle workers never out
 the CPUs, however many worker counts one program asks for. Inside
 :func:`keeping_pools` (``paralela scale`` measuring several worker counts in turn)
 every pool is kept warm until the block ends.
+
+:func:`make_backend` is the one place a capability gets a pool of its own (a sweep's
+trial workers, predict's pinned workers, a data stage's processes); ``slots`` pins
+worker ``i`` to ``slots[i]`` (GPUs and thread limits, see :func:`paralela.make_slots`).
+
+The public seam, for the capabilities above (names from heavier modules load on first
+use, so importing this package stays cheap):
+
+- the backends: :class:`ProcessBackend`, :class:`ThreadBackend`,
+  :class:`SequentialBackend`, and :class:`RemoteTraceback` (a worker's traceback, the
+  ``__cause__`` of the error it raised);
+- the wire format between driver and workers: :func:`dumps`, :func:`loads`,
+  :func:`dumps_with_buffers` (large buffers out of band), :func:`zero_copy_available`;
+- worker processes: :func:`worker_envs`, :func:`thread_limits_env`, ``SLOT_VARIABLE``,
+  :func:`kill_descendants`, :class:`TaskLoadError`, :func:`worker_share`,
+  :func:`mark_process_worker`, :func:`usable_cpus`;
+- signals: :func:`sigterm_as_interrupt`, :func:`marking_sigint`, :func:`real_interrupt`,
+  :class:`Terminated`;
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from paralela.backends._base import Backend, Broadcast, Capabilities, usable_cpus
+from paralela.backends._base import (
+    Backend,
+    Broadcast,
+    Capabilities,
+    RemoteTraceback,
+    usable_cpus,
+)
 from paralela.errors import ConfigError
+
+if TYPE_CHECKING:
+    from paralela.backends._context import mark_process_worker, worker_share
+    from paralela.backends._environment import SLOT_VARIABLE, thread_limits_env, worker_envs
+    from paralela.backends._interrupt import (
+        Terminated,
+        marking_sigint,
+        real_interrupt,
+        sigterm_as_interrupt,
+    )
+    from paralela.backends._processes import ProcessBackend
+    from paralela.backends._sequential import SequentialBackend
+    from paralela.backends._threads import ThreadBackend
+    from paralela.backends._wire import dumps, dumps_with_buffers, loads, zero_copy_available
+    from paralela.backends._worker import TaskLoadError, kill_descendants
+    from paralela.resources import Slot
 
 __all__ = [
     "Backend",
     "Broadcast",
     "LOCAL_POOLS",
     "Capabilities",
+    "ProcessBackend",
+    "RemoteTraceback",
+    "SLOT_VARIABLE",
+    "SequentialBackend",
+    "TaskLoadError",
+    "Terminated",
+    "ThreadBackend",
     "available_backends",
     "discard_backend",
+    "dumps",
+    "dumps_with_buffers",
     "get_backend",
     "keeping_pools",
+    "kill_descendants",
+    "loads",
     "make_backend",
+    "mark_process_worker",
+    "marking_sigint",
+    "real_interrupt",
     "register_backend",
     "shutdown_shared_backends",
+    "sigterm_as_interrupt",
+    "thread_limits_env",
+    "usable_cpus",
     "using",
+    "worker_envs",
+    "worker_share",
+    "zero_copy_available",
 ]
 
+# Public names from heavier modules, imported on first use (PEP 562).
+_LAZY: dict[str, str] = {
+    "mark_process_worker": "_context",
+    "worker_share": "_context",
+    "SLOT_VARIABLE": "_environment",
+    "thread_limits_env": "_environment",
+    "worker_envs": "_environment",
+    "Terminated": "_interrupt",
+    "marking_sigint": "_interrupt",
+    "real_interrupt": "_interrupt",
+    "sigterm_as_interrupt": "_interrupt",
+    "ProcessBackend": "_processes",
+    "SequentialBackend": "_sequential",
+    "ThreadBackend": "_threads",
+    "dumps": "_wire",
+    "dumps_with_buffers": "_wire",
+    "loads": "_wire",
+    "zero_copy_available": "_wire",
+    "TaskLoadError": "_worker",
+    "kill_descendants": "_worker",
+}
 
-def _processes(workers: int | None) -> Backend:
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'paralela.backends' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"paralela.backends.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def _processes(workers: int | None, *, slots: Sequence[Slot] | None = None) -> Backend:
     from paralela.backends._processes import ProcessBackend
 
-    return ProcessBackend(workers)
+    return ProcessBackend(workers, slots=slots)
 
 
 def _threads(workers: int | None) -> Backend:
@@ -75,6 +171,8 @@ _FACTORIES: dict[str, Callable[..., Backend]] = {
 }
 # Backends whose factory takes ``options`` (``factory(workers, options)``).
 _TAKES_OPTIONS = {"slurm"}
+# Backends whose factory pins workers to slots (``factory(..., slots=slots)``).
+_TAKES_SLOTS = {"processes"}
 # Local pools hold idle workers between calls: at most one shared pool per name.
 LOCAL_POOLS = frozenset({"processes", "threads"})
 _shared: dict[tuple[str, int | None, str], Backend] = {}
@@ -84,15 +182,21 @@ _keeping = 0  # keeping_pools() blocks open
 
 
 def register_backend(
-    name: str, factory: Callable[..., Backend], *, takes_options: bool = False
+    name: str,
+    factory: Callable[..., Backend],
+    *,
+    takes_options: bool = False,
+    takes_slots: bool = False,
 ) -> None:
     """Make ``factory(workers)`` available as ``backend=name``; with ``takes_options``
-    it is called as ``factory(workers, options)``."""
+    it is called as ``factory(workers, options)``; with ``takes_slots`` it is also
+    given ``slots=`` (a list of :class:`~paralela.Slot`) when a caller pins workers."""
     _FACTORIES[name] = factory
-    if takes_options:
-        _TAKES_OPTIONS.add(name)
-    else:
-        _TAKES_OPTIONS.discard(name)
+    for flag, names in ((takes_options, _TAKES_OPTIONS), (takes_slots, _TAKES_SLOTS)):
+        if flag:
+            names.add(name)
+        else:
+            names.discard(name)
 
 
 def available_backends() -> list[str]:
@@ -104,22 +208,27 @@ def get_backend(
     backend: str | Backend,
     workers: int | None = None,
     options: Mapping[str, Any] | None = None,
+    *,
+    slots: Sequence[Slot] | None = None,
 ) -> Backend:
-    """The shared backend for ``backend``, ``workers`` and ``options``, started on first use.
+    """The shared backend for ``backend``, ``workers``, ``options`` and ``slots``, started
+    on first use.
 
     Raises:
-        ConfigError: unknown backend name, ``workers`` below 1, options for a backend
-            that takes none, or options the backend rejects.
+        ConfigError: unknown backend name, ``workers`` below 1, options or slots for a
+            backend that takes none, or options the backend rejects.
     """
     if isinstance(backend, Backend):
-        if options:
+        if options or slots is not None:
             raise ConfigError(
-                "backend_options apply to a backend given by name; pass them to the "
-                f"{type(backend).__name__} you constructed instead."
+                f"{'backend_options' if options else 'slots'} apply to a backend given by "
+                f"name; pass them to the {type(backend).__name__} you constructed instead."
             )
         return backend
-    _check(backend, workers, options)
+    _check(backend, workers, options, slots)
     key = (backend, workers, repr(sorted((options or {}).items())))
+    if slots is not None:
+        key = (backend, workers, key[2] + repr(list(slots)))
     retired: list[Backend] = []
     with _shared_lock:
         found = _shared.get(key)
@@ -132,21 +241,38 @@ def get_backend(
                 for other_key, other in list(_shared.items()):
                     if other_key[0] == backend and not _runs.get(id(other)):
                         retired.append(_shared.pop(other_key))
-            found = _shared[key] = _make(backend, workers, options)
+            found = _shared[key] = _make(backend, workers, options, slots)
     for old in retired:
         old.shutdown(wait=False, cancel_futures=True)
     return found
 
 
 def make_backend(
-    backend: str, workers: int | None = None, options: Mapping[str, Any] | None = None
+    backend: str,
+    workers: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    *,
+    slots: Sequence[Slot] | None = None,
 ) -> Backend:
-    """A new backend of its own for ``backend`` (never shared); the caller shuts it down."""
-    _check(backend, workers, options)
-    return _make(backend, workers, options)
+    """A new backend of its own for ``backend`` (never shared); the caller shuts it down.
+
+    With ``slots``, worker ``i`` serves ``slots[i % len(slots)]``: its GPUs
+    (``CUDA_VISIBLE_DEVICES``) and thread limits are in its environment before it
+    imports anything, and ``workers`` defaults to one per slot.
+
+    Raises:
+        ConfigError: as :func:`get_backend`; also an empty ``slots``.
+    """
+    _check(backend, workers, options, slots)
+    return _make(backend, workers, options, slots)
 
 
-def _check(backend: str, workers: int | None, options: Mapping[str, Any] | None) -> None:
+def _check(
+    backend: str,
+    workers: int | None,
+    options: Mapping[str, Any] | None,
+    slots: Sequence[Slot] | None = None,
+) -> None:
     if backend not in _FACTORIES:
         raise ConfigError(
             f"Unknown backend {backend!r}; valid backends are: {', '.join(available_backends())}."
@@ -160,11 +286,24 @@ def _check(backend: str, workers: int | None, options: Mapping[str, Any] | None)
             f"Backend {backend!r} takes no options, got {', '.join(map(repr, options))}. "
             f"Backends with options: {', '.join(sorted(_TAKES_OPTIONS)) or 'none'}."
         )
+    if slots is not None and backend not in _TAKES_SLOTS:
+        raise ConfigError(
+            f"Backend {backend!r} cannot pin workers to slots; "
+            f"backends that can: {', '.join(sorted(_TAKES_SLOTS)) or 'none'}."
+        )
 
 
-def _make(backend: str, workers: int | None, options: Mapping[str, Any] | None) -> Backend:
+def _make(
+    backend: str,
+    workers: int | None,
+    options: Mapping[str, Any] | None,
+    slots: Sequence[Slot] | None = None,
+) -> Backend:
     factory = _FACTORIES[backend]
-    return factory(workers, options) if backend in _TAKES_OPTIONS else factory(workers)
+    given: dict[str, Any] = {} if slots is None else {"slots": slots}
+    if backend in _TAKES_OPTIONS:
+        return factory(workers, options, **given)
+    return factory(workers, **given)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,9 @@ can do is declared as data in :class:`Capabilities`; layers above read the flags
 never test a backend's name.
 
 Futures fail with :class:`~paralela.errors.WorkerDiedError` when the worker that ran
-them died; the caller decides whether to submit again.
+them died; the caller decides whether to submit again. A task's own exception comes
+back as itself, with the worker's traceback as its ``__cause__`` (a
+:class:`RemoteTraceback`) when it ran in another process.
 """
 
 from __future__ import annotations
@@ -21,12 +23,27 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Generic, TypeVar
 
-__all__ = ["Backend", "Broadcast", "Capabilities"]
+__all__ = ["Backend", "Broadcast", "Capabilities", "RemoteTraceback", "usable_cpus"]
 
 R = TypeVar("R")
 T = TypeVar("T")
 
 _broadcast_ids = itertools.count(1)
+
+
+class RemoteTraceback(Exception):
+    """Carries a worker's formatted traceback as the ``__cause__`` of a re-raised error."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.tb}"""'
+
+
+# Tracebacks name it by its public home (``paralela.backends.RemoteTraceback: ...``).
+RemoteTraceback.__module__ = "paralela.backends"
 
 
 class Broadcast(Generic[T]):

@@ -40,7 +40,8 @@ from concurrent.futures import CancelledError, Future
 from multiprocessing.connection import Connection, wait
 from typing import Any, ClassVar, TypeVar
 
-from paralela.backends._base import Backend, Broadcast, Capabilities, usable_cpus
+from paralela.backends._base import Backend, Broadcast, Capabilities, RemoteTraceback, usable_cpus
+from paralela.backends._environment import worker_envs
 from paralela.backends._wire import (
     RETIRED_TAG,
     Arena,
@@ -53,9 +54,9 @@ from paralela.backends._wire import (
 )
 from paralela.backends._worker import CANCEL_TAG, BroadcastRef, kill_descendants
 from paralela.errors import ConfigError, ParalelaError, UnpicklableError, WorkerDiedError
-from paralela.resources._slots import THREAD_VARIABLES, Slot
+from paralela.resources import Slot
 
-__all__ = ["ProcessBackend", "RemoteTraceback", "thread_limits_env"]
+__all__ = ["ProcessBackend"]
 
 R = TypeVar("R")
 
@@ -71,28 +72,6 @@ NO_PREFETCH_BYTES = 4 << 20
 # (bad environment, import error at start-up): stop instead of respawning forever.
 MAX_STARTUP_DEATHS = 3
 _WORKER_CODE = "from paralela.backends._worker import main; main()"
-# Set by the driver when workers are pinned to their slot's CPUs (read by the worker).
-AFFINITY_VARIABLE = "PARALELA_CPU_AFFINITY"
-# The index of the slot a pinned worker serves, for tasks that report where they ran.
-SLOT_VARIABLE = "PARALELA_SLOT"
-
-
-class RemoteTraceback(Exception):
-    """Carries a worker's formatted traceback as the ``__cause__`` of a re-raised error."""
-
-    def __init__(self, tb: str) -> None:
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self) -> str:
-        return f'\n"""\n{self.tb}"""'
-
-
-def thread_limits_env(workers: int) -> dict[str, str]:
-    """Thread-pool sizes (OpenMP, MKL, OpenBLAS...) that keep ``workers`` processes from
-    oversubscribing the CPUs this process may use; variables the user set are kept."""
-    per_worker = str(max(1, usable_cpus() // max(1, workers)))
-    return {var: os.environ.get(var, per_worker) for var in THREAD_VARIABLES}
 
 
 class _Task:
@@ -196,18 +175,7 @@ class ProcessBackend(Backend):
         if not isinstance(n, int) or n < 1:
             raise ConfigError(f"workers must be a positive integer, got {n!r}.")
         self._n = n
-        base = {**os.environ, **thread_limits_env(n), **(env or {})}
-        self._envs = [base]
-        if slots:
-            self._envs = [
-                {
-                    **base,
-                    **slot.env(),
-                    SLOT_VARIABLE: str(slot.index),
-                    **({AFFINITY_VARIABLE: ",".join(map(str, slot.cpus))} if pin_cpus else {}),
-                }
-                for slot in slots
-            ]
+        self._envs = worker_envs(n, slots, env=env, pin_cpus=pin_cpus)
         self._cwd = os.getcwd()
         self._zero_copy = zero_copy_available()
         self._ids = itertools.count()

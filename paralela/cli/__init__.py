@@ -26,7 +26,7 @@ def main() -> None:
     (while it starts) prints one line and exits the same way.
     """
     try:
-        from paralela.backends._interrupt import marking_sigint, sigterm_as_interrupt
+        from paralela.backends import marking_sigint, sigterm_as_interrupt
 
         with sigterm_as_interrupt(), marking_sigint():
             from paralela.cli._commands import app

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from paralela import runs as runs_package
-from paralela.backends._processes import RemoteTraceback
+from paralela.backends import RemoteTraceback
 from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, exit_code_for, tail
 from paralela.cli._errors import fail as _fail
 from paralela.errors import (

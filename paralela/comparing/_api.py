@@ -137,11 +137,12 @@ def compare(
         report = _progress(progress, len(folds))
         backend = database = None
         try:
-            from paralela.backends._processes import ProcessBackend
+            from paralela.backends import make_backend
             from paralela.resources import detect, make_slots
 
             slots = make_slots(detect(), n_slots=workers)
-            backend = ProcessBackend(slots=slots)  # the workers boot while the study opens
+            # A pool of its own, shut down below; the workers boot while the study opens.
+            backend = make_backend("processes", slots=slots)
             study = None
             if not grid or pruner_obj is not None:
                 study, database = open_study(
@@ -155,8 +156,7 @@ def compare(
             else:
                 source = SampledSource(families, len(folds), log, study, n_trials=n_trials)
 
-            from paralela.backends._base import Broadcast
-            from paralela.backends._interrupt import sigterm_as_interrupt
+            from paralela.backends import Broadcast, sigterm_as_interrupt
             from paralela.comparing._schedule import Scheduler
             from paralela.comparing._tasks import SharedData
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from typing import Any
 
-from paralela.backends._base import Backend, Broadcast
+from paralela.backends import Backend, Broadcast
 from paralela.comparing._candidates import Candidate, GridSource, SampledSource
 from paralela.comparing._store import FoldLog
 from paralela.comparing._tasks import FoldOutcome, SharedData, run_fold

@@ -217,9 +217,9 @@ class Map(Stage):
         # As many processes or threads as workers (processes grow with the tuner; threads
         # also shrink); up to WINDOW x workers chunks in flight keep each busy.
         if kind == "process":
-            from paralela.backends._processes import ProcessBackend
+            from paralela.backends import make_backend
 
-            self.backend = ProcessBackend(stats.workers)
+            self.backend = make_backend("processes", stats.workers)  # the stage's own
         else:
             self.pool = DaemonPool(stats.workers, stats.name)
 
@@ -316,7 +316,7 @@ class Map(Stage):
 
     def _failure(self, position: int, index: int, exc: BaseException, tb: str) -> BaseException:
         if self.kind == "process":
-            from paralela.backends._processes import RemoteTraceback
+            from paralela.backends import RemoteTraceback
 
             exc.__cause__ = RemoteTraceback(tb)
         return failed(exc, self.stats, position + index)

@@ -504,7 +504,7 @@ class PipelineIterator(Iterator[Any]):
         epoch: int | str = 0,
         collate: Callable[[list[Any]], Any] | None = None,
     ) -> None:
-        from paralela.backends._base import usable_cpus
+        from paralela.backends import usable_cpus
 
         cpus = pipeline._cpus or usable_cpus()
         self._pipeline = pipeline

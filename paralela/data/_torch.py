@@ -315,6 +315,6 @@ def _env_int(name: str) -> int | None:
 
 
 def _usable_cpus() -> int:
-    from paralela.backends._base import usable_cpus
+    from paralela.backends import usable_cpus
 
     return usable_cpus()

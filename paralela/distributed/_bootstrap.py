@@ -76,7 +76,7 @@ def _watch(launcher_fd: int, rank: int) -> None:
     os.closerange(3, launcher_fd)
     os.closerange(launcher_fd + 1, 65536)
     select.select([launcher_fd], [], [])  # readable once the launcher has exited
-    from paralela.backends._worker import kill_descendants
+    from paralela.backends import kill_descendants
 
     kill_descendants(rank, itself=True)
     with contextlib.suppress(OSError):

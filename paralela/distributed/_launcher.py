@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from paralela._files import atomic_write
-from paralela.backends._interrupt import sigterm_as_interrupt
+from paralela.backends import sigterm_as_interrupt
 from paralela.distributed import _site
 from paralela.distributed._bootstrap import EXIT_PREFLIGHT
 from paralela.distributed._env import RankSpec, local_specs, slurm_spec

@@ -7,8 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 from paralela._config import UNSET, resolve
-from paralela.backends import LOCAL_POOLS, Backend, get_backend, make_backend
-from paralela.backends._context import worker_share
+from paralela.backends import LOCAL_POOLS, Backend, get_backend, make_backend, worker_share
 from paralela.errors import ConfigError, MapError, UnpicklableError
 from paralela.mapping._chunking import FixedChunker, make_chunker
 from paralela.mapping._engine import MapIterator, Plan

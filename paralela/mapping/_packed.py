@@ -93,9 +93,7 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
         WorkerDiedError: a local worker died more often than the inner retries allow.
         TaskError: the initializer failed (an item's failure is in the outcome).
     """
-    from paralela.backends import Backend
-    from paralela.backends._processes import ProcessBackend
-    from paralela.backends._threads import ThreadBackend
+    from paralela.backends import Backend, make_backend
     from paralela.mapping._chunking import AutoChunker
     from paralela.mapping._engine import Plan, failure_record, run
     from paralela.mapping._progress import NullProgress
@@ -125,11 +123,11 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
             "function": fingerprint_function(job.fn)
         }  # fmt: skip
         inner_store = RunStore(inner_dir, identity, {"kind": "packed-chunk", "items": len(items)})
-    local: Backend
+    local: Backend  # the task's own, shut down below
     if gpu_slots:
-        local = ProcessBackend(slots=gpu_slots)
+        local = make_backend("processes", slots=gpu_slots)
     else:
-        local = ProcessBackend(workers) if workers > 1 else ThreadBackend(1)
+        local = make_backend("processes", workers) if workers > 1 else make_backend("threads", 1)
     plan = Plan(local, job, list(items), len(items), AutoChunker(workers), True, 2,
                 inner_store, NullProgress())  # fmt: skip
     results: list[Any] = []

@@ -150,8 +150,8 @@ def _rebuild_failed(error: MapReduceError, cause: bytes | None, tb: str) -> Task
 def reraise(failed: TaskFailed) -> MapReduceError:
     """The error to raise in the driver for ``failed``: the task's own error, with the
     user's exception as ``__cause__`` (and the worker's traceback as that one's cause,
-    shown under it as ``paralela.backends._processes.RemoteTraceback``)."""
-    from paralela.backends._processes import RemoteTraceback
+    shown under it as ``paralela.backends.RemoteTraceback``)."""
+    from paralela.backends import RemoteTraceback
 
     error = failed.error
     cause = failed.cause

@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from paralela.backends._wire import dumps
+from paralela.backends import dumps
 
 __all__ = [
     "VALUE_LIMIT",

@@ -50,7 +50,7 @@ from typing import Any
 
 from paralela._files import LOCK_NAME, TMP_PREFIX, atomic_write, create_exclusive, make_dirs
 from paralela._version import __version__
-from paralela.backends._wire import dumps
+from paralela.backends import dumps
 from paralela.errors import FingerprintMismatchError, RunStoreError
 from paralela.runs._fingerprint import Fingerprint, describe_changes
 

@@ -7,7 +7,7 @@ the model once, stream their shards through it and stop when the input is done.
       check_model(Model)                         before any worker starts
       plan_splits(inputs) ──> shards             mapreduce's readers: JSONL, text, CSV,
                                                  Parquet; byte ranges / row groups
-      backend: processes ── ProcessBackend(slots=make_slots(...)): one worker per slot,
+      backend: processes ── make_backend(slots=make_slots(...)): one worker per slot,
                │            pinned (CUDA_VISIBLE_DEVICES = its GPU, or "" on CPU slots)
                ├ sequential  the driver itself (pdb works)
                └ slurm       array tasks, each a local pool over the CPUs/GPUs it got
@@ -310,17 +310,17 @@ def _backend(
         raise ConfigError(
             f"backend_options are options of backend='slurm'; backend={name!r} takes none."
         )
+    from paralela.backends import make_backend
+
     if name == "sequential":
-        from paralela.backends._sequential import SequentialBackend
         from paralela.serving._predict_task import worker_device
 
         if workers not in (None, 1):
             raise ConfigError("backend='sequential' runs one worker: leave workers unset.")
-        return SequentialBackend(1), True, worker_device()
-    from paralela.backends._processes import ProcessBackend
+        return make_backend("sequential", 1), True, worker_device()
     from paralela.serving._slots import worker_slots
 
-    return ProcessBackend(slots=worker_slots(workers, gpus, per_gpu)), True, None
+    return make_backend("processes", slots=worker_slots(workers, gpus, per_gpu)), True, None
 
 
 def _open_run_dir(

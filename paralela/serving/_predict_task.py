@@ -86,7 +86,7 @@ class ShardFailed(ParalelaError):
     def reraise(self) -> ParalelaError:
         """The error to raise: ``error``, with the user's exception as its cause and the
         worker's traceback under that."""
-        from paralela.backends._processes import RemoteTraceback
+        from paralela.backends import RemoteTraceback
 
         error, cause = self.error, self.cause
         if cause is not None:

@@ -163,7 +163,7 @@ class _Worker:
 
     def ended(self) -> str:
         """Wait for the process to end (kill it after 2 s); how it ended, in words."""
-        from paralela.backends._processes import worker_exit
+        from paralela.errors import describe_exit
 
         if self.process is None:
             return "not started"
@@ -172,7 +172,7 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.process.kill()
             code = self.process.wait()
-        return worker_exit(code)
+        return describe_exit(code)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -408,7 +408,6 @@ def _fail(batch: list[Item], exc: BaseException) -> None:
 
 def worker_envs(slots: list[Any]) -> list[dict[str, str]]:
     """Each slot's worker environment: its GPUs and thread limits over this one's."""
-    from paralela.backends._processes import SLOT_VARIABLE, thread_limits_env
+    from paralela.backends import worker_envs as slot_envs  # as the processes backend's
 
-    base = {**os.environ, **thread_limits_env(len(slots))}
-    return [{**base, **slot.env(), SLOT_VARIABLE: str(slot.index)} for slot in slots]
+    return slot_envs(len(slots), slots) if slots else []

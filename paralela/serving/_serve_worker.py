@@ -108,7 +108,7 @@ def _read_forever(conn: Connection, inbox: queue.SimpleQueue[bytes]) -> None:
         while True:
             inbox.put(conn.recv_bytes())
     except (EOFError, OSError):
-        from paralela.backends._worker import kill_descendants
+        from paralela.backends import kill_descendants
 
         kill_descendants()  # the server is gone: nobody wants the answers
         os._exit(0)
@@ -131,7 +131,7 @@ def main() -> None:
     sys.path[:] = sys_path
     started = time.perf_counter()
     try:
-        from paralela.backends._context import mark_process_worker
+        from paralela.backends import mark_process_worker
         from paralela.serving._model import LoadedModel
         from paralela.serving._predict_task import worker_device
 

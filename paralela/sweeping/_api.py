@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from paralela._files import make_dirs
-from paralela.backends._interrupt import sigterm_as_interrupt
+from paralela.backends import sigterm_as_interrupt
 from paralela.errors import ConfigError, add_note
 from paralela.resources import Slot
 from paralela.space import Space, as_space
@@ -332,9 +332,9 @@ def sweep(
         database = None
         try:
             if function is not None:  # the workers boot while the database opens
-                from paralela.backends._processes import ProcessBackend
+                from paralela.backends import make_backend
 
-                pool = ProcessBackend(slots=slots)
+                pool = make_backend("processes", slots=slots)  # the sweep's own, shut down below
             database = open_storage(choice.spec, wal=storage is None)
             if storage is None and study_name is None:
                 check_run_dir(database, root, name, identity)

@@ -38,8 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paralela.backends import Broadcast
-from paralela.backends._wire import dumps
+from paralela.backends import Broadcast, dumps
 from paralela.errors import ConfigError, ParalelaError
 from paralela.resources import Slot
 from paralela.sweeping._budget import SharedBudget

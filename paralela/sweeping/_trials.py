@@ -93,7 +93,7 @@ class FunctionJob:
     objective: Callable[..., Any]
     storage_spec: str
     study_name: str
-    pruner: bytes  # the sweep's Optuna pruner, pickled (see paralela.backends._wire)
+    pruner: bytes  # the sweep's Optuna pruner, pickled (see paralela.backends.dumps)
     # A define-by-run objective (``objective(trial)``) samples its parameters in the
     # worker, with the sweep's sampler (pickled; ``None`` for ``objective(params)``).
     sampler: bytes | None = None
@@ -112,7 +112,7 @@ class FunctionJob:
         if self._study is None:
             import optuna
 
-            from paralela.backends._wire import loads
+            from paralela.backends import loads
             from paralela.sweeping._study import open_storage
 
             sampler = None if self.sampler is None else loads(self.sampler)

@@ -450,7 +450,7 @@ class SlurmBackend(Backend):
         if record[0] == "ok":
             future.set_result(record[1])
             return
-        from paralela.backends._processes import RemoteTraceback
+        from paralela.backends._base import RemoteTraceback
 
         _, exc_bytes, tb, kind, text = record
         error: BaseException
