@@ -16,8 +16,8 @@ import pytest
 from paralela.backends import dumps
 from paralela.backends.slurm._worker import TaskRef, run_task
 from paralela.mapping._packed import given_cpus, run_packed
-from paralela.mapping._task import Job
 from paralela.runs import RunStore
+from paralela.tasks import Job
 
 
 def add(a: int, b: int) -> int:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from paralela.cli._errors import EXIT_USAGE, fail
-from paralela.mapping._task import short_repr
+from paralela.tasks import short_repr
 
 __all__ = ["NanAs", "NotJson", "read_items", "text_json", "to_json"]
 

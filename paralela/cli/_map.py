@@ -50,8 +50,8 @@ from paralela.cli._map_output import (
 )
 from paralela.errors import MapError
 from paralela.mapping import MapIterator, imap
-from paralela.mapping._task import short_repr
-from paralela.runs._fingerprint import fingerprint_function
+from paralela.runs import fingerprint_function
+from paralela.tasks import short_repr
 
 # load_function and read_items are re-exported: they used to live here.
 __all__ = ["load_function", "map_command", "read_items"]

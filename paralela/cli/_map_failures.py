@@ -32,7 +32,7 @@ from paralela.errors import (
     TaskError,
     WorkerDiedError,
 )
-from paralela.mapping._task import short_repr
+from paralela.tasks import short_repr
 
 __all__ = ["Failed", "fail_for", "failure_of"]
 

@@ -1,6 +1,6 @@
 """Data-parallel map: a function over many items, on every core, crash-safe.
 
-Workers import ``paralela.mapping._task`` only; the rest loads when the API is used.
+Workers import ``paralela.tasks`` only; the rest loads when the API is used.
 """
 
 from __future__ import annotations

@@ -13,9 +13,8 @@ from paralela.mapping._chunking import FixedChunker, make_chunker
 from paralela.mapping._engine import MapIterator, Plan
 from paralela.mapping._progress import make_progress
 from paralela.mapping._summary import Results
-from paralela.mapping._task import Job
-from paralela.runs import RunStore
-from paralela.runs._fingerprint import fingerprint_function, fingerprint_object
+from paralela.runs import RunStore, fingerprint_function, fingerprint_object
+from paralela.tasks import Job
 
 __all__ = ["imap", "map"]
 

@@ -57,8 +57,8 @@ from paralela.mapping._chunking import Chunker
 from paralela.mapping._packed import remove_finished_pieces, run_packed
 from paralela.mapping._progress import NullProgress
 from paralela.mapping._summary import ChunkTiming, MapSummary, record_timings
-from paralela.mapping._task import ChunkOutcome, ItemFailure, Job, run_chunk, short_repr
 from paralela.runs import ChunkRecord, RunStore, StoredChunk, digest_items
+from paralela.tasks import ChunkOutcome, ItemFailure, Job, run_chunk, short_repr
 
 __all__ = ["MapIterator", "Plan", "run"]
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paralela.errors import MapError
-from paralela.mapping._task import _HOST, ChunkOutcome, ItemFailure, Job
+from paralela.tasks import HOST, ChunkOutcome, ItemFailure, Job
 
 if TYPE_CHECKING:
     from paralela.resources import Slot
@@ -42,8 +42,7 @@ __all__ = ["given_cpus", "given_gpu_slots", "remove_finished_pieces", "run_packe
 
 def given_cpus(env: dict[str, str] | None = None) -> int:
     """The CPUs this cluster task was given (1 outside a cluster task)."""
-    from paralela.resources._cpus import detect_cpus
-    from paralela.resources._slurm import detect_slurm
+    from paralela.resources import detect_cpus, detect_slurm
 
     env = dict(os.environ) if env is None else env
     usable = detect_cpus().usable
@@ -57,8 +56,7 @@ def given_cpus(env: dict[str, str] | None = None) -> int:
 def given_gpu_slots(cpus: int) -> list[Slot]:
     """One slot per GPU this cluster task was given, splitting its ``cpus`` among them;
     ``[]`` without GPUs (or outside a cluster task)."""
-    from paralela.resources import detect, make_slots
-    from paralela.resources._slurm import detect_slurm
+    from paralela.resources import detect, detect_slurm, make_slots
 
     if detect_slurm(dict(os.environ)) is None:
         return []
@@ -98,8 +96,7 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
     from paralela.mapping._engine import Plan, failure_record, run
     from paralela.mapping._progress import NullProgress
     from paralela.mapping._summary import MapSummary
-    from paralela.runs import RunStore, StoredChunk
-    from paralela.runs._fingerprint import digest_items, fingerprint_function
+    from paralela.runs import RunStore, StoredChunk, digest_items, fingerprint_function
 
     end = start + len(items)
     done = store.finished().get(start) if store is not None else None
@@ -109,7 +106,7 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
         stored_chunk = store.load(done)
         if stored_chunk.input_digest == digest_items(items):
             now = time.time()
-            return ChunkOutcome(stored_chunk.results, [], now, now, os.getpid(), _HOST, 0, True)
+            return ChunkOutcome(stored_chunk.results, [], now, now, os.getpid(), HOST, 0, True)
     workers = given_cpus()
     # With GPUs, one worker per GPU, each seeing only its own (CUDA_VISIBLE_DEVICES) and
     # an even share of the task's CPUs as its thread limits.
@@ -150,7 +147,7 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
         local.shutdown(wait=False, cancel_futures=True)
     finished = time.time()
     results.extend([None] * (len(items) - len(results)))
-    host, pid = _HOST, os.getpid()
+    host, pid = HOST, os.getpid()
     stored = False
     if store is not None and not failures:
         timing = {"started": started, "finished": finished, "worker": str(pid), "host": host,

@@ -62,12 +62,11 @@ from paralela.mapreduce._tasks import (
     ReduceJob,
     ReduceTask,
     ReduceTaskResult,
-    TaskFailed,
-    reraise,
     run_map_task,
     run_reduce_task,
 )
 from paralela.runs import RunStore, describe_changes, digest_bytes, fingerprint_function
+from paralela.tasks import TaskFailed
 
 __all__ = ["LocalJob", "run_local"]
 
@@ -236,7 +235,7 @@ def run_local(job: LocalJob) -> MapReduceResult:
         )
     except TaskFailed as failed:
         _remove_cut_short(job, spill_dir)
-        raise reraise(failed)  # noqa: B904  (its __cause__ is the user's exception)
+        raise failed.reraise()  # noqa: B904  (its __cause__ is the user's exception)
     except BaseException:
         _remove_cut_short(job, spill_dir)
         raise

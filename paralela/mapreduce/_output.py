@@ -41,7 +41,7 @@ from paralela import _output_dir
 from paralela._files import replacing
 from paralela._output_dir import SUCCESS_NAME, temp_prefix
 from paralela.errors import MapReduceError, MissingExtraError, UserFunctionError
-from paralela.mapping._task import short_repr
+from paralela.tasks import short_repr
 
 __all__ = [
     "EXTENSIONS",

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from paralela.errors import UserFunctionError
-from paralela.mapping._task import short_repr
 from paralela.mapreduce._segments import NotPicklable, pickle_error
 from paralela.mapreduce._tasks import RECORD_REPR, MapJob, batch_blocks, describe, gathered
+from paralela.tasks import short_repr
 
 __all__ = ["spark_unpicklable_error", "unpicklable_error"]
 

@@ -297,8 +297,6 @@ def _spark_call(
     failures as a :class:`MapReduceError` that keeps their first lines; a failure to
     pickle what the mapper yielded (Spark pickles the pairs, out of the task's reach) as
     ``diagnose()`` names it, when it finds the record."""
-    from paralela.mapreduce._tasks import reraise
-
     try:
         return call()
     except (MapReduceError, KeyboardInterrupt):
@@ -306,7 +304,7 @@ def _spark_call(
     except Exception as exc:
         failed = unship(exc)
         if failed is not None:
-            raise reraise(failed)  # noqa: B904  (its __cause__ is the user's exception)
+            raise failed.reraise()  # noqa: B904  (its __cause__ is the user's exception)
         found = diagnose() if diagnose is not None and _PICKLING.search(str(exc)) else None
         if found is not None:
             raise found from found.__cause__

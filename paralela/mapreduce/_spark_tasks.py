@@ -122,15 +122,15 @@ class ShippedError(RuntimeError):
 
 
 def _ship(error: MapReduceError, cause: BaseException | None) -> ShippedError:
-    from paralela.mapreduce._tasks import _failed
+    from paralela.tasks import carry
 
-    failed = _failed(error, cause)
+    failed = carry(error, cause)
     blob = base64.b64encode(pickle.dumps(failed)).decode("ascii")
     return ShippedError(f"{str(error).splitlines()[0][:300]} {_MARK}[{blob}]")
 
 
 def unship(exc: BaseException) -> Any:
-    """The ``TaskFailed`` a task shipped inside Spark's error ``exc``, or None."""
+    """The ``paralela.tasks.TaskFailed`` a task shipped inside Spark's error ``exc``, or None."""
     try:
         text = str(exc)
     except Exception:
@@ -310,7 +310,7 @@ def _with_record(exc: UserFunctionError, where: str, record: Any) -> UserFunctio
 
 
 def _short_record(record: Any) -> str:
-    from paralela.mapping._task import short_repr
+    from paralela.tasks import short_repr
 
     return short_repr(record, 200)
 

@@ -9,10 +9,10 @@
     reduce task: reduce_partition(segments of one partition from every map task, reducer)
                  ──> write_part (atomic) ──> ReduceTaskResult: the part file, counters
 
-A task that fails raises :class:`TaskFailed` (a :class:`UserFunctionError` or an
-:class:`InputError` inside), which carries the user's own exception and its traceback
-across the process boundary; the driver re-raises the plain error with the user's
-exception as ``__cause__`` (:func:`reraise`).
+A task that fails raises :class:`paralela.tasks.TaskFailed` (a :class:`UserFunctionError`
+or an :class:`InputError` inside), which carries the user's own exception and its
+traceback across the process boundary; the driver raises ``failed.reraise()``: the plain
+error with the user's exception as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -21,17 +21,15 @@ import functools
 import itertools
 import operator
 import os
-import pickle
 import time
-import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from paralela.errors import InputError, MapReduceError, UserFunctionError
-from paralela.mapping._task import short_repr
 from paralela.mapreduce._output import Part, write_part
 from paralela.mapreduce._segments import NotPicklable
+from paralela.tasks import carry, short_repr
 
 __all__ = [
     "MapJob",
@@ -39,11 +37,9 @@ __all__ = [
     "ReduceJob",
     "ReduceTask",
     "ReduceTaskResult",
-    "TaskFailed",
     "batch_blocks",
     "describe",
     "gathered",
-    "reraise",
     "run_map_task",
     "run_reduce_task",
 ]
@@ -111,66 +107,6 @@ class ReduceTaskResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class TaskFailed(MapReduceError):
-    """Carries a task's :class:`UserFunctionError` or :class:`InputError` (``error``), the
-    exception that caused it (``cause``, ``None`` when it does not pickle) and the
-    worker's traceback text, to the driver. Never seen by users: see :func:`reraise`."""
-
-    def __init__(self, error: MapReduceError, cause: BaseException | None, tb: str) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.cause = cause
-        self.tb = tb
-
-    def __reduce__(self) -> Any:
-        return (_rebuild_failed, (self.error, _pickled(self.cause), self.tb))
-
-
-def _pickled(exc: BaseException | None) -> bytes | None:
-    if exc is None:
-        return None
-    try:
-        data = pickle.dumps(exc)
-        pickle.loads(data)  # some exceptions pickle but cannot be rebuilt
-    except BaseException:  # a broken __reduce__ may raise anything
-        return None
-    return data
-
-
-def _rebuild_failed(error: MapReduceError, cause: bytes | None, tb: str) -> TaskFailed:
-    rebuilt: BaseException | None = None
-    if cause is not None:
-        try:
-            rebuilt = pickle.loads(cause)
-        except Exception:
-            rebuilt = None
-    return TaskFailed(error, rebuilt, tb)
-
-
-def reraise(failed: TaskFailed) -> MapReduceError:
-    """The error to raise in the driver for ``failed``: the task's own error, with the
-    user's exception as ``__cause__`` (and the worker's traceback as that one's cause,
-    shown under it as ``paralela.backends.RemoteTraceback``)."""
-    from paralela.backends import RemoteTraceback
-
-    error = failed.error
-    cause = failed.cause
-    if cause is not None:
-        if cause.__cause__ is None and cause.__traceback__ is None and failed.tb:
-            cause.__cause__ = RemoteTraceback(failed.tb)
-        error.__cause__ = cause
-    elif failed.tb:
-        error.__cause__ = RemoteTraceback(failed.tb)
-    return error
-
-
-def _failed(error: MapReduceError, cause: BaseException | None) -> TaskFailed:
-    tb = ""
-    if cause is not None:
-        tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
-    return TaskFailed(error, cause, tb)
-
-
 def run_map_task(job: MapJob, task: Any) -> MapTaskResult:
     """Run the mapper over one map task's splits (a tuple of them, or one split) and
     spill their pairs, combined together; see the module docstring.
@@ -200,7 +136,7 @@ def run_map_task(job: MapJob, task: Any) -> MapTaskResult:
     except NotPicklable as exc:  # found at a spill, maybe long after the mapper yielded it
         from paralela.mapreduce._pickling import unpicklable_error
 
-        raise _failed(unpicklable_error(job, splits, exc), exc.__cause__) from None
+        raise carry(unpicklable_error(job, splits, exc), exc.__cause__) from None
     except Exception as exc:  # the last spill: a combiner that raises, a full disk
         error = _map_failure(exc, job, splits[-1], -1, None, describe(splits))
         if error is exc:
@@ -246,7 +182,7 @@ def _map_split(job: MapJob, split: Any, out: Any) -> int:
             done += len(batch)
             reading = True
     except InputError as exc:
-        raise _failed(exc, exc.__cause__) from None
+        raise carry(exc, exc.__cause__) from None
     except NotPicklable:
         raise  # run_map_task finds the record
     except Exception as exc:
@@ -334,12 +270,12 @@ def _map_batched(job: MapJob, split: Any, out: Any) -> int:
                 out.add_all(pairs)
             done += len(batch)
     except InputError as exc:
-        raise _failed(exc, exc.__cause__) from None
+        raise carry(exc, exc.__cause__) from None
     except NotPicklable:
         raise  # run_map_task finds the batch
     except Exception as exc:
         if isinstance(exc, UserFunctionError) and exc.function == "combiner":
-            raise _failed(exc, exc.__cause__) from None
+            raise carry(exc, exc.__cause__) from None
         if not batch:  # the reader failed before its first batch: a bug, not the user's
             raise
         first, last = locate(split, done), locate(split, done + len(batch) - 1)
@@ -360,7 +296,7 @@ def _map_batched(job: MapJob, split: Any, out: Any) -> int:
         else:
             message = f"The mapper raised {type(exc).__name__}: {exc}\n  on {batch_text}"
         error = UserFunctionError(message, function="mapper", where=where)
-        raise _failed(error, cause) from None
+        raise carry(error, cause) from None
     return done
 
 
@@ -385,9 +321,9 @@ def _map_failure(
                 function=exc.function,
                 where=exc.where,
             )
-            return _failed(error, exc.__cause__)
+            return carry(error, exc.__cause__)
         where = locate(split, index)
-        return _failed(_with_record(exc, where, record), exc.__cause__)
+        return carry(_with_record(exc, where, record), exc.__cause__)
     if isinstance(exc, OSError) and _under(getattr(exc, "filename", None), job.spill_dir):
         spill_error = MapReduceError(
             f"Spill files cannot be written in {job.spill_dir}: {exc}. Free space "
@@ -397,7 +333,7 @@ def _map_failure(
         return spill_error
     if index < 0:
         return exc  # not the user's: ours, with its own traceback
-    return _failed(_mapper_error(exc, split, index, record), exc)
+    return carry(_mapper_error(exc, split, index, record), exc)
 
 
 def _under(filename: Any, directory: str) -> bool:
@@ -472,7 +408,7 @@ def run_reduce_task(job: ReduceJob, task: ReduceTask) -> ReduceTaskResult:
             pairs = reduce_partition(segments, job.reducer, combiner=combiner)
         part = write_part(pairs, job.output_dir, task.partition, job.output_format)
     except UserFunctionError as exc:
-        raise _failed(exc, exc.__cause__) from None
+        raise carry(exc, exc.__cause__) from None
     except OSError as exc:
         raise MapReduceError(
             f"Partition {task.partition} cannot be reduced: {exc}. If a spill file is "

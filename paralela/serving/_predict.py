@@ -39,7 +39,8 @@ from paralela.errors import (
 )
 from paralela.serving._model import check_model, model_name
 from paralela.serving._predict_output import FORMATS, part_path
-from paralela.serving._predict_task import PredictJob, ShardFailed, ShardResult, predict_shard
+from paralela.serving._predict_task import PredictJob, ShardResult, predict_shard
+from paralela.tasks import TaskFailed
 
 __all__ = ["BACKENDS", "PredictResult", "predict"]
 
@@ -255,7 +256,7 @@ def predict(
             except BaseException:  # the shards in flight were stopped on the way out
                 remove_own_temporaries(out)  # parts whose writing was cut short
                 raise
-        except ShardFailed as failed:
+        except TaskFailed as failed:
             raise failed.reraise()  # noqa: B904  (its cause is the user's exception)
         except WorkerDiedError as died:
             add_note(
@@ -340,8 +341,7 @@ def _open_run_dir(
     if run_dir is None:
         return None, None
     from paralela.mapreduce._inputs import input_identity
-    from paralela.runs import RunStore
-    from paralela.runs._fingerprint import describe_changes, digest_bytes, fingerprint_function
+    from paralela.runs import RunStore, describe_changes, digest_bytes, fingerprint_function
 
     path = Path(run_dir)
     identity = {

@@ -29,8 +29,8 @@ from typing import Any, BinaryIO
 
 from paralela._output_dir import finish_output_dir, temp_prefix
 from paralela.errors import MissingExtraError
-from paralela.mapping._task import short_repr
 from paralela.serving._model import ModelError
+from paralela.tasks import short_repr
 
 __all__ = ["FORMATS", "ShardWriter", "part_path", "type_empty_parts", "write_success"]
 

@@ -9,8 +9,9 @@
       rename ──> part-NNNNN.<ext>                  (a killed worker leaves a temp file only)
       ──> ShardResult (records, file, device)      (map's run store keeps it: resume)
 
-Failures travel as :class:`ShardFailed` (the model's or the input's error, with the
-record range and its file and lines) and are raised again as that error in the driver.
+Failures travel as :class:`paralela.tasks.TaskFailed` (the model's or the input's error,
+with the record range and its file and lines) and are raised again as that error in the
+driver.
 """
 
 from __future__ import annotations
@@ -19,17 +20,17 @@ import os
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from paralela.errors import InputError, ParalelaError
+from paralela.errors import InputError
 from paralela.mapreduce._inputs import Split, locate, read_split_batches
 from paralela.serving._model import LoadedModel, ModelError
 from paralela.serving._predict_output import ShardWriter, part_path
+from paralela.tasks import carry as _failed
 
-__all__ = ["PredictJob", "ShardFailed", "ShardResult", "predict_shard", "worker_device"]
+__all__ = ["PredictJob", "ShardResult", "predict_shard", "worker_device"]
 
 _lock = threading.Lock()
 # (the call's token, the model built for it): one model per process at a time.
@@ -69,60 +70,6 @@ class ShardResult:
     token: str  # the call that computed it (a shard read back from run_dir has an older one)
 
 
-class ShardFailed(ParalelaError):
-    """Carries a shard's :class:`ModelError` or :class:`InputError` (``error``) to the
-    driver, with the user's exception (``cause``, ``None`` when it does not pickle) and
-    the worker's traceback text. Never seen by users: the driver raises ``error``."""
-
-    def __init__(self, error: ParalelaError, cause: BaseException | None, tb: str) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.cause = cause
-        self.tb = tb
-
-    def __reduce__(self) -> Any:
-        return (_rebuild, (self.error, _pickled(self.cause), self.tb))
-
-    def reraise(self) -> ParalelaError:
-        """The error to raise: ``error``, with the user's exception as its cause and the
-        worker's traceback under that."""
-        from paralela.backends import RemoteTraceback
-
-        error, cause = self.error, self.cause
-        if cause is not None:
-            if cause.__cause__ is None and cause.__traceback__ is None and self.tb:
-                cause.__cause__ = RemoteTraceback(self.tb)
-            error.__cause__ = cause
-        elif self.tb:
-            error.__cause__ = RemoteTraceback(self.tb)
-        return error
-
-
-def _pickled(exc: BaseException | None) -> bytes | None:
-    import pickle
-
-    if exc is None:
-        return None
-    try:
-        data = pickle.dumps(exc)
-        pickle.loads(data)  # some exceptions pickle but cannot be rebuilt
-    except BaseException:  # a broken __reduce__ may raise anything
-        return None
-    return data
-
-
-def _rebuild(error: ParalelaError, cause: bytes | None, tb: str) -> ShardFailed:
-    import pickle
-
-    rebuilt: BaseException | None = None
-    if cause is not None:
-        try:
-            rebuilt = pickle.loads(cause)
-        except Exception:
-            rebuilt = None
-    return ShardFailed(error, rebuilt, tb)
-
-
 def worker_device(env: dict[str, str] | None = None) -> str:
     """The device this process's model runs on, as torch names it.
 
@@ -139,7 +86,7 @@ def worker_device(env: dict[str, str] | None = None) -> str:
         return "cpu" if first in ("", "-1", "NoDevFiles") else "cuda:0"
     if "SLURM_JOB_ID" in env:
         return "cpu"
-    from paralela.resources._gpus import detect_gpus
+    from paralela.resources import detect_gpus
 
     return "cuda:0" if detect_gpus(env).gpus else "cpu"
 
@@ -223,19 +170,12 @@ def _validated(
     return out
 
 
-def _failed(error: ParalelaError, cause: BaseException | None) -> ShardFailed:
-    tb = ""
-    if cause is not None:
-        tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
-    return ShardFailed(error, cause, tb)
-
-
 def predict_shard(job: PredictJob, split: Split) -> ShardResult:
     """Predict every record of ``split`` in batches of ``job.batch_size``, in order, and
     write the rows to the shard's part file atomically.
 
     Raises:
-        ShardFailed: the model failed to set up, its ``predict`` raised or returned the
+        TaskFailed: the model failed to set up, its ``predict`` raised or returned the
             wrong number of outputs or outputs the format cannot hold (a
             :class:`ModelError` naming the model, the shard, its file and lines), or the
             shard cannot be read (an :class:`InputError` naming the file and line).

@@ -1,4 +1,4 @@
-"""What runs inside a worker: one chunk of items through the user's function."""
+"""What runs inside a worker for ``map``: one chunk of items through the user's function."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from paralela.backends._interrupt import real_interrupt
+from paralela.backends import real_interrupt
+from paralela.tasks._failure import exception_bytes
 
-__all__ = ["ChunkOutcome", "ItemFailure", "Job", "run_chunk", "short_repr"]
+__all__ = ["HOST", "ChunkOutcome", "ItemFailure", "Job", "run_chunk", "short_repr"]
 
-_HOST = socket.gethostname()
+#: This machine's name, as a chunk's outcome reports where it ran.
+HOST = socket.gethostname()
 
 
 def short_repr(obj: Any, limit: int = 120) -> str:
@@ -59,17 +61,10 @@ class ItemFailure:
 
 
 def _exception_bytes(exc: BaseException | None) -> bytes | None:
-    """The pickle of ``exc`` when it can be rebuilt from it, else ``None``."""
-    if exc is None:
-        return None
-    from paralela.backends._wire import dumps
+    """The pickle of ``exc`` (by the backends' pickler) when it can be rebuilt from it."""
+    from paralela.backends import dumps
 
-    try:
-        data = dumps(exc)
-        pickle.loads(data)  # some exceptions pickle but cannot be rebuilt
-    except BaseException:  # a broken __reduce__ may raise anything
-        return None
-    return data
+    return exception_bytes(exc, dumps)
 
 
 def _rebuild_failure(
@@ -105,7 +100,7 @@ class ChunkOutcome:
     def __paralela_unpicklable__(self, error: Exception) -> ChunkOutcome:
         """The outcome to send when this one cannot be pickled (the worker asks): each
         result that cannot be pickled becomes a failure of its item, naming it."""
-        from paralela.backends._wire import dumps
+        from paralela.backends import dumps
 
         results = list(self.results)
         failures = list(self.failures)
@@ -220,7 +215,7 @@ def run_chunk(job: Job, start: int, items: Sequence[Any]) -> ChunkOutcome:
         started,
         finished,
         os.getpid(),
-        _HOST,
+        HOST,
         threading.get_ident(),
         first_index=start,
     )
