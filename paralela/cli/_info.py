@@ -35,7 +35,7 @@ def info(
         slots = make_slots(resources, gpus_per_slot=1 if resources.gpus else 0)
     advice = None
     if run_dir or data:
-        from paralela.resources._advice import advise_filesystems
+        from paralela.resources import advise_filesystems
 
         advice = advise_filesystems(data=data, run_dirs=run_dir)
     if json_:
@@ -48,7 +48,7 @@ def info(
     from rich.console import Console
     from rich.markup import escape
 
-    from paralela.resources._render import print_report
+    from paralela.resources import print_report
 
     console = Console()
     print_report(resources, slots, console)

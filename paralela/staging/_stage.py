@@ -58,7 +58,7 @@ def default_workers() -> int:
     thread on large files (``bench/bench_stage.py``). 32 caps the memory for buffers
     (1 MiB each) and the load on a shared server.
     """
-    from paralela.resources._cpus import detect_cpus
+    from paralela.resources import detect_cpus
 
     return max(8, min(32, 4 * detect_cpus().usable))
 
@@ -227,7 +227,7 @@ def _check_space(plan: Plan, jobs: list[_copy.Job], known: Mapping[str, Entry]) 
         return
     free = st.f_bavail * st.f_frsize
     if need > free:
-        from paralela.resources._render import format_bytes
+        from paralela.resources import format_bytes
 
         raise ConfigError(
             f"not enough space in {plan.write_root}: {len(todo)} file(s) to copy need about "
@@ -249,7 +249,7 @@ def _resolve_checksum(checksum: str, manifest: Manifest) -> str:
 def _dest_warnings(plan: Plan, total: int) -> list[str]:
     if plan.back:
         return []
-    from paralela.resources._advice import advise_filesystems
+    from paralela.resources import advise_filesystems
 
     return [a.message for a in advise_filesystems(scratch=[plan.write_root], staged_bytes=total)]
 
