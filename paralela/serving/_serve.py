@@ -24,10 +24,13 @@ import socket
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paralela.errors import ConfigError, MissingExtraError
 from paralela.serving._model import ModelError, check_model
+
+if TYPE_CHECKING:
+    from paralela.serving._serve_http import ConnectionLimits
 
 __all__ = ["CPUS_PER_WORKER", "ExposedServerWarning", "serve"]
 
@@ -115,12 +118,7 @@ def serve(
     check_model(model)
     _check_options(max_batch, max_wait_ms, max_queue, timeout, max_body_bytes, port)
     _check_connections(read_timeout, max_connections)
-    try:
-        import fastapi  # noqa: F401
-        import httptools  # noqa: F401  (the HTTP parser the connection limits are made on)
-        import uvicorn
-    except ImportError as exc:
-        raise MissingExtraError(exc.name or "fastapi", "serve", "paralela serve") from exc
+    _check_extra()
     from paralela.serving._serve_app import ServeOptions, build_app
     from paralela.serving._serve_batcher import Batcher
     from paralela.serving._serve_http import connection_limits, guarded_protocol, is_loopback
@@ -136,12 +134,7 @@ def serve(
         cpus_per_worker=CPUS_PER_WORKER,
     )
     if token is None and not is_loopback(_resolve(host, port)[3]):
-        warnings.warn(
-            f"paralela serve: listening on {host} with no token (token=, --token-file): "
-            "anyone who reaches this machine can use the model.",
-            ExposedServerWarning,
-            stacklevel=2,
-        )
+        _warn_exposed(host)
     limits = connection_limits(max_connections, read_timeout, len(slots))
     sock = _bind(host, port, limits.backlog)
     url = _url(host, sock.getsockname()[1])
@@ -165,17 +158,7 @@ def serve(
                       hang_timeout=timeout + 10, stall_after=timeout, on_ready=ready,
                       on_fatal=stop)  # fmt: skip
     app = build_app(model, pool, batcher, metrics, ServeOptions(timeout, token, max_body_bytes))
-    config = uvicorn.Config(
-        app,
-        log_level=log_level,
-        access_log=log_level in ("debug", "trace", "info"),
-        lifespan="on",
-        http=guarded_protocol(limits),
-        backlog=limits.backlog,
-        timeout_graceful_shutdown=math.ceil(timeout) + 5,
-        server_header=False,
-    )
-    server = _Server(config)
+    server = _Server(_uvicorn_config(app, guarded_protocol(limits), limits, log_level, timeout))
     try:
         server.run(sockets=[sock])
     finally:
@@ -183,6 +166,44 @@ def serve(
         pool.kill()  # after a forced exit (a second Ctrl-C) the lifespan did not stop them
     if fatal:
         raise fatal[0]
+
+
+def _check_extra() -> None:
+    """Raise :class:`MissingExtraError` unless the ``serve`` extra is installed."""
+    try:
+        import fastapi  # noqa: F401
+        import httptools  # noqa: F401  (the HTTP parser the connection limits are made on)
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError(exc.name or "fastapi", "serve", "paralela serve") from exc
+
+
+def _warn_exposed(host: str) -> None:
+    warnings.warn(
+        f"paralela serve: listening on {host} with no token (token=, --token-file): "
+        "anyone who reaches this machine can use the model.",
+        ExposedServerWarning,
+        stacklevel=3,  # serve's caller
+    )
+
+
+def _uvicorn_config(
+    app: Any, protocol: type, limits: ConnectionLimits, log_level: str, timeout: float
+) -> Any:
+    """uvicorn's configuration: the guarded protocol and backlog of ``limits``, and a
+    graceful stop that lets the longest request finish (its timeout, plus 5 s)."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=log_level in ("debug", "trace", "info"),
+        lifespan="on",
+        http=protocol,
+        backlog=limits.backlog,
+        timeout_graceful_shutdown=math.ceil(timeout) + 5,
+        server_header=False,
+    )
 
 
 class _Server:

@@ -73,6 +73,26 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = No
 def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
               options: ServeOptions) -> Any:  # fmt: skip
     """The ASGI app: FastAPI behind :class:`Guard`."""
+    app = FastAPI(
+        title=f"paralela serve: {model_name(model)}",
+        description=(model.__doc__ or "").strip(),
+        lifespan=_lifespan(pool, batcher),
+    )
+    app.router.route_class = StrictJSONRoute
+
+    @app.exception_handler(400)
+    async def unreadable(request: Any, exc: Any) -> Response:  # FastAPI's "error parsing"
+        return _json(400, {"error": "the body is not JSON text (UTF-8): "
+                                    f"{getattr(exc, 'detail', exc)}"})  # fmt: skip
+
+    _add_predict(app, model, _answerer(batcher, options))
+    _add_status(app, pool, batcher, metrics)
+    return Guard(app, metrics, options)
+
+
+def _lifespan(pool: WorkerPool, batcher: Batcher) -> Callable[[Any], Any]:
+    """The app's lifespan: the workers start with it; on the way out they stop and every
+    request still queued fails as the server stopping."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -83,20 +103,24 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
             await pool.stop()
             batcher.fail_all(WorkerDied("the server is stopping"))
 
-    name = model_name(model)
-    app = FastAPI(
-        title=f"paralela serve: {name}",
-        description=(model.__doc__ or "").strip(),
-        lifespan=lifespan,
-    )
-    app.router.route_class = StrictJSONRoute
+    return lifespan
 
-    responses: dict[int | str, dict[str, Any]] = {
+
+def _responses() -> dict[int | str, dict[str, Any]]:
+    """The answers of POST /predict besides 200 and 422, for the OpenAPI docs (a new
+    dict for each app: FastAPI keeps it)."""
+    return {
         413: {"description": "The body is larger than the server allows."},
         500: {"description": "The model failed on this input."},
         503: {"description": "The queue is full, or the worker holding the request died."},
         504: {"description": "No answer within the server's timeout."},
     }
+
+
+def _answerer(
+    batcher: Batcher, options: ServeOptions
+) -> Callable[[list[Any], bool, bool], Awaitable[Response]]:
+    """``answer(values, wrap, single)``: the one path of every /predict request."""
 
     async def answer(values: list[Any], wrap: bool, single: bool) -> Response:
         """Queue ``values``, wait for their outputs; the response (``wrap``: in
@@ -134,6 +158,16 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
         return Response(b'{"outputs":[' + b",".join(result) + b"]}",
                         media_type="application/json")  # fmt: skip
 
+    return answer
+
+
+def _add_predict(
+    app: FastAPI, model: type, answer: Callable[[list[Any], bool, bool], Awaitable[Response]]
+) -> None:
+    """POST /predict for ``model``: a LitAPI's whole body (validated against its
+    ``decode_request`` model when it has one), else ``{"input"}`` or ``{"inputs"}``
+    validated against the model's ``input_model``."""
+
     async def predict(body: Any) -> Response:
         single = "input" in body.model_fields_set
         values = [body.input] if single else body.inputs
@@ -161,11 +195,7 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
         against it (422 otherwise), as LitServe does."""
         return await answer([body.model_dump()], False, True)  # validated again by the worker
 
-    @app.exception_handler(400)
-    async def unreadable(request: Any, exc: Any) -> Response:  # FastAPI's "error parsing"
-        return _json(400, {"error": "the body is not JSON text (UTF-8): "
-                                    f"{getattr(exc, 'detail', exc)}"})  # fmt: skip
-
+    responses = _responses()
     if is_litapi(model) and request_model(model) is not None:
         predict_litapi_typed.__annotations__["body"] = request_model(model)
         app.post("/predict", responses=responses,
@@ -178,6 +208,10 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
         # The body's model is made at run time: given to FastAPI as the real annotation.
         predict.__annotations__["body"] = _request_model(model)
         app.post("/predict", responses=responses, response_model=_response_model(model))(predict)
+
+
+def _add_status(app: FastAPI, pool: WorkerPool, batcher: Batcher, metrics: Metrics) -> None:
+    """GET /health (200 ready or degraded, 503 starting or unavailable) and /metrics."""
 
     @app.get("/health")
     async def health() -> Response:
@@ -193,8 +227,6 @@ def build_app(model: type, pool: WorkerPool, batcher: Batcher, metrics: Metrics,
     async def metrics_page() -> Response:
         text = metrics.render(len(batcher), pool.size, pool.ready)
         return Response(text, media_type=CONTENT_TYPE)
-
-    return Guard(app, metrics, options)
 
 
 class StrictJSONRequest(Request):
