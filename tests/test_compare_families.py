@@ -325,7 +325,9 @@ def test_estimators_setting_errors(tmp_path: Path) -> None:
     ):
         families_from(path, classification=True)
     path.write_text(body + "estimators: {svm: sklearn.svm:SVCs}\n")
-    with pytest.raises(ConfigError, match=r"Family 'svm'.*has no 'SVCs'.*Did you mean 'SVC'"):
+    with pytest.raises(
+        ConfigError, match=r"Family 'svm'.*has no attribute 'SVCs'.*Did you mean 'SVC'"
+    ):
         families_from(path, classification=True)
     path.write_text(body + "estimators: {svm: nosuchmodule_xyz:Thing}\n")
     with pytest.raises(ConfigError, match=r"cannot import 'nosuchmodule_xyz'"):

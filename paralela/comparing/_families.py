@@ -25,7 +25,6 @@ closest one, a parameter the estimator does not take with the ones it does).
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 import os
 import re
@@ -35,6 +34,7 @@ from typing import Any
 
 from paralela.comparing._grids import GRIDS, grid_space
 from paralela.errors import ConfigError
+from paralela.loading import load_object
 from paralela.space import (
     Choice,
     Space,
@@ -193,9 +193,9 @@ def resolve_estimator(spec: str, *, classification: bool, family: str = "") -> A
                 f"{task}. Aliases for {task}: {', '.join(fitting)}; or name an estimator "
                 "with estimators: {" + f"{family or spec}: 'module:Name'" + "}."
             )
-        return _import(path, who)
+        return load_object(path, who=who, dotted=True, search_cwd=False)
     if ":" in spec or "." in spec:
-        return _import(spec, who)
+        return load_object(spec, who=who, dotted=True, search_cwd=False)
     close = difflib.get_close_matches(spec, ALIASES, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigError(
@@ -204,32 +204,6 @@ def resolve_estimator(spec: str, *, classification: bool, family: str = "") -> A
         "'sklearn.ensemble:GradientBoostingClassifier' (in a space file: "
         "estimators: {" + f"{family or spec}: 'module:Name'" + "})."
     )
-
-
-def _import(spec: str, who: str) -> Any:
-    module_name, sep, attr = spec.partition(":")
-    if not sep:
-        module_name, _, attr = spec.rpartition(".")
-    if not module_name or not attr:
-        raise ConfigError(
-            f"{who}{spec!r} is not an import path; write 'module:Name', e.g. 'sklearn.svm:SVC'."
-        )
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(
-            f"{who}cannot import {module_name!r} for {spec!r} ({exc}); check the name, "
-            "or install the package that provides it."
-        ) from None
-    for part in attr.split("."):
-        found = getattr(target, part, None)
-        if found is None:
-            names = [n for n in dir(target) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"{who}{module_name} has no {attr!r} ({spec!r}).{hint}")
-        target = found
-    return target
 
 
 # -- the space of one family ---------------------------------------------------------

@@ -17,7 +17,6 @@ import os
 import platform
 import shlex
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +28,7 @@ from paralela._config import config
 from paralela._version import __version__
 from paralela.backends import keeping_pools
 from paralela.errors import ConfigError, add_note
+from paralela.loading import load_function
 from paralela.scaling._analysis import _oversubscription, analyse
 from paralela.scaling._command import CommandTarget
 from paralela.scaling._model import Caveat, RunRecord, ScalingError, ScalingResult
@@ -149,7 +149,7 @@ def _resolve(target: Any, weak: bool) -> _FunctionTarget | CommandTarget:
     if callable(target):
         return _FunctionTarget(target, weak)
     if isinstance(target, str) and ":" in target and not any(c.isspace() for c in target):
-        return _FunctionTarget(_import_function(target), weak)
+        return _FunctionTarget(load_function(target), weak)
     if isinstance(target, str):
         return CommandTarget(shlex.split(target), weak)
     if isinstance(target, Sequence) and target and all(isinstance(a, str) for a in target):
@@ -158,28 +158,6 @@ def _resolve(target: Any, weak: bool) -> _FunctionTarget | CommandTarget:
         f"target must be a function, 'module:function', or a command (a list of "
         f"arguments or a string), got {type(target).__name__}."
     )
-
-
-def _import_function(spec: str) -> Callable[..., Any]:
-    import importlib
-
-    module_name, _, attr = spec.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(
-            f"Cannot import {module_name!r} for the target {spec!r}: {exc}. Run from the "
-            "directory that holds it, or install it."
-        ) from exc
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise ConfigError(f"{spec!r}: {module_name} has no attribute {attr!r}.")
-    if not callable(obj):
-        raise ConfigError(f"{spec!r} is not a function (it is a {type(obj).__name__}).")
-    return obj  # type: ignore[no-any-return]
 
 
 def _check_counts(workers: Sequence[int] | None, usable: int) -> list[int]:

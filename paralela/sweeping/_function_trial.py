@@ -13,6 +13,7 @@ pruner's decision then reaches the trial as SIGTERM (its job is cancelled).
 from __future__ import annotations
 
 import sys
+import traceback
 
 from paralela.sweeping._report import current_params, report
 
@@ -24,9 +25,16 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m paralela.sweeping._function_trial MODULE:FUNC", file=sys.stderr)
         return 2
-    from paralela.cli._load import load_function
+    from paralela.errors import ConfigError
+    from paralela.loading import load_function
 
-    objective = load_function(args[0])
+    try:
+        objective = load_function(args[0])
+    except ConfigError as exc:  # as the CLI says it: the message, the import's traceback
+        if exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
     result = objective(current_params())
     if isinstance(result, (list, tuple)) and len(result) == 1:
         result = result[0]
