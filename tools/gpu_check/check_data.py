@@ -99,12 +99,13 @@ def _train(loader: Any, device: str) -> tuple[list[int], bool, float, float, lis
         x = images.to(device, non_blocking=True)
         y = (indices % 10).to(device, non_blocking=True)
         if cuda:
-            spans.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)))
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)  # type: ignore[no-untyped-call]
+            spans.append((start, end))
             spans[-1][0].record()
         step_started = time.perf_counter()
         loss = nn.functional.cross_entropy(model(x), y)
         optimizer.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         if cuda:
             spans[-1][1].record()

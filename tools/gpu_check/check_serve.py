@@ -22,7 +22,7 @@ from typing import Any
 import embedder
 from common import HERE, Mode, Outcome, gpu_uuid
 
-CLIENTS = 64
+CLIENTS = 64  # 16 in the dry run
 TOLERANCE = 1e-3  # an embedding's numbers, GPU float32 kernels against the CPU's
 MIN_BATCHING_GAIN = 1.5  # batched requests/s over --max-batch 1, on the GPU
 MIN_GPU_GAIN = 1.0  # GPU requests/s over the CPU's, batched
@@ -31,7 +31,8 @@ MIN_GPU_GAIN = 1.0  # GPU requests/s over the CPU's, batched
 def check(mode: Mode, work: Path) -> Outcome:
     outcome = Outcome()
     uuid = gpu_uuid(mode)
-    texts = embedder.sentences(mode.size(256, 64))
+    clients = mode.size(CLIENTS, 16)
+    texts = embedder.sentences(mode.size(256, 16))
     per_client = mode.size(24, 2)
     configs = {  # the CPU first: its answers to each sentence sent alone are the reference
         "CPU, batched": ["--max-batch", "64", "--gpus", "none"],
@@ -41,14 +42,15 @@ def check(mode: Mode, work: Path) -> Outcome:
     expected: list[list[float]] = []
     rates = {}
     for label, options in configs.items():
-        answers, rate, alone = _serve_and_load(mode, options, texts, per_client, not expected)
+        load = (clients, per_client)
+        answers, rate, alone = _serve_and_load(mode, options, texts, load, not expected)
         expected = expected or [out["embedding"] for out in alone]
         rates[label] = rate
         outcome.figures[f"{label}: requests/s"] = round(rate, 1)
         wrong = [i for i, (text_index, out) in enumerate(answers)
                  if _diff(out["embedding"], expected[text_index]) > TOLERANCE]  # fmt: skip
         outcome.expect(not wrong, f"{label}: {len(wrong)} of {len(answers)} answers are wrong")
-        outcome.expect(len(answers) == CLIENTS * per_client, f"{label}: answers missing")
+        outcome.expect(len(answers) == clients * per_client, f"{label}: answers missing")
         devices = {(out["device"], out["visible"]) for _, out in answers}
         want = {("cpu", "")} if "CPU" in label else {("cuda:0", uuid)}
         outcome.expect(devices == want, f"{label}: served from {devices}, expected {want}")
@@ -70,9 +72,10 @@ Answers = list[tuple[int, dict[str, Any]]]
 
 
 def _serve_and_load(
-    mode: Mode, options: list[str], texts: list[str], per_client: int, alone: bool
+    mode: Mode, options: list[str], texts: list[str], requests: tuple[int, int], alone: bool
 ) -> tuple[Answers, float, list[dict[str, Any]]]:
-    """Start a server, (if ``alone``) send each text alone, then load it with CLIENTS."""
+    """Start a server, (if ``alone``) send each text alone, then load it with
+    ``requests``: (clients, requests each)."""
     argv = [sys.executable, "-m", "paralela", "serve", f"{HERE / 'embedder.py'}:Embedder",
             "--port", "0", "--max-queue", "4096", *options]  # fmt: skip
     print(f"$ {' '.join(argv)}", flush=True)
@@ -82,7 +85,7 @@ def _serve_and_load(
     reader.start()
     try:
         url = _wait_ready(server, lines, deadline=time.monotonic() + 120)
-        return asyncio.run(_load(url, texts, per_client, alone))
+        return asyncio.run(_load(url, texts, *requests, alone))
     finally:
         server.send_signal(signal.SIGINT)
         try:
@@ -107,14 +110,14 @@ def _wait_ready(server: subprocess.Popen[str], lines: list[str], deadline: float
 
 
 async def _load(
-    url: str, texts: list[str], per_client: int, alone: bool
+    url: str, texts: list[str], clients: int, per_client: int, alone: bool
 ) -> tuple[Answers, float, list[dict[str, Any]]]:
-    """Each text alone (one request at a time: batches of one), if asked; then CLIENTS
-    clients, each sending per_client requests one after the other."""
+    """Each text alone (one request at a time: batches of one), if asked; then
+    ``clients`` clients, each sending ``per_client`` requests one after the other."""
     import httpx
 
     answers: Answers = []
-    limits = httpx.Limits(max_connections=CLIENTS)
+    limits = httpx.Limits(max_connections=clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
 
         async def one_client(c: int) -> None:
@@ -130,6 +133,6 @@ async def _load(
             reply.raise_for_status()
             singles.append(reply.json()["output"])
         started = time.perf_counter()
-        await asyncio.gather(*(one_client(c) for c in range(CLIENTS)))
+        await asyncio.gather(*(one_client(c) for c in range(clients)))
         seconds = time.perf_counter() - started
     return answers, len(answers) / seconds, singles

@@ -29,7 +29,7 @@ def train(model: Any, device: Any, steps: int, batch: int, rank: int, world: int
         rows = slice(rank * batch // world, (rank + 1) * batch // world)
         loss = torch.nn.functional.mse_loss(model(x[rows].to(device)), y[rows].to(device))
         optimizer.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
 
 

@@ -47,9 +47,10 @@ CHECKS = (
     ("data", 60),
 )
 BUDGET_S = 420.0  # all checks together: 7 of the 8 minutes, 1 left for the install
-# The dry run (tiny sizes on the CPU) ends within tests/test_gpu_check.py's time limit,
-# with a report, even when a check hangs.
-DRY_LIMIT_S, DRY_BUDGET_S = 60.0, 100.0
+# The dry run (tiny sizes on the CPU: 10 to 40 s) ends with a report within
+# tests/test_gpu_check.py's time limit even when a check hangs, and passes on a machine
+# so busy that it takes 6 times as long (seen with a load of 12 on 2 cores).
+DRY_LIMIT_S, DRY_BUDGET_S = 150.0, 240.0
 LOG_TAIL_LINES = 60
 
 

@@ -106,7 +106,7 @@ def _against_the_cpu(
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
         for x, y in train:
             out = model(x.to(next(model.parameters()).device))
-            functional.mse_loss(out, y.to(out.device)).backward()
+            functional.mse_loss(out, y.to(out.device)).backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             optimizer.zero_grad()
     with torch.no_grad():
