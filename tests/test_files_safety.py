@@ -214,7 +214,7 @@ _TWINS = [
 _ALLOWED = {
     "_files.py",
     os.path.join("staging", "_copy.py"),
-    os.path.join("distributed", "_slurm_job.py"),
+    os.path.join("backends", "slurm", "_jobs.py"),
 }
 
 

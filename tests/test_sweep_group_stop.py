@@ -20,7 +20,7 @@ import pytest
 from sweep_helpers import RECORD_VARIABLE, command, notes, pid_gone, seed_study, write_script
 
 import paralela
-from paralela.backends._groups import stop_group
+from paralela.backends import stop_group
 from paralela.cli._errors import EXIT_FAILED
 
 pytestmark = pytest.mark.timeout(90)

@@ -29,6 +29,8 @@ use, so importing this package stays cheap):
   :func:`mark_process_worker`, :func:`usable_cpus`;
 - signals: :func:`sigterm_as_interrupt`, :func:`marking_sigint`, :func:`real_interrupt`,
   :class:`Terminated`;
+- process groups: :func:`stop_group` / :func:`stop_groups` (SIGTERM, a grace period,
+  SIGKILL to what is left of the group), :func:`kill_group`, :func:`group_alive`.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from paralela.errors import ConfigError
 if TYPE_CHECKING:
     from paralela.backends._context import mark_process_worker, worker_share
     from paralela.backends._environment import SLOT_VARIABLE, thread_limits_env, worker_envs
+    from paralela.backends._groups import group_alive, kill_group, stop_group, stop_groups
     from paralela.backends._interrupt import (
         Terminated,
         marking_sigint,
@@ -82,8 +85,10 @@ __all__ = [
     "dumps",
     "dumps_with_buffers",
     "get_backend",
+    "group_alive",
     "keeping_pools",
     "kill_descendants",
+    "kill_group",
     "loads",
     "make_backend",
     "mark_process_worker",
@@ -92,6 +97,8 @@ __all__ = [
     "register_backend",
     "shutdown_shared_backends",
     "sigterm_as_interrupt",
+    "stop_group",
+    "stop_groups",
     "thread_limits_env",
     "usable_cpus",
     "using",
@@ -107,6 +114,10 @@ _LAZY: dict[str, str] = {
     "SLOT_VARIABLE": "_environment",
     "thread_limits_env": "_environment",
     "worker_envs": "_environment",
+    "group_alive": "_groups",
+    "kill_group": "_groups",
+    "stop_group": "_groups",
+    "stop_groups": "_groups",
     "Terminated": "_interrupt",
     "marking_sigint": "_interrupt",
     "real_interrupt": "_interrupt",

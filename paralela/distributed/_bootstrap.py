@@ -7,7 +7,6 @@ environment already set (see :mod:`paralela.distributed._env`).
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import select
@@ -76,11 +75,10 @@ def _watch(launcher_fd: int, rank: int) -> None:
     os.closerange(3, launcher_fd)
     os.closerange(launcher_fd + 1, 65536)
     select.select([launcher_fd], [], [])  # readable once the launcher has exited
-    from paralela.backends import kill_descendants
+    from paralela.backends import kill_descendants, kill_group
 
     kill_descendants(rank, itself=True)
-    with contextlib.suppress(OSError):
-        os.killpg(rank, signal.SIGKILL)
+    kill_group(rank)  # what left the rank's tree but not its group
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@
 The queue gives the exit order, so the rank that died *first* is the one reported,
 not the peer that failed a moment later because its collective lost a partner.
 Each rank runs in its own session; :meth:`RankGroup.stop` sends SIGTERM to every
-rank's process group, then SIGKILL after a grace period.
+rank's process group, then SIGKILL after a grace period (``paralela.backends.stop_groups``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import queue
-import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from paralela.backends import kill_group, stop_groups
 from paralela.distributed._bootstrap import BOOTSTRAP
 from paralela.distributed._env import RankSpec
 from paralela.distributed._joining import POLL_S, JoinWatch
@@ -222,22 +222,15 @@ class RankGroup:
         return None
 
     def stop(self, grace: float) -> None:
-        """SIGTERM every live rank's process group, SIGKILL what is left after ``grace``."""
+        """SIGTERM every live rank's process group, SIGKILL what is left of it after
+        ``grace`` (its children too, once the rank itself has exited); what is left in
+        the groups of ranks that had already exited gets SIGKILL at once."""
         live = [r for r in self.ranks if r.proc.poll() is None]
-        for rank in live:
-            _signal_group(rank.proc, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for rank in live:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                rank.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        # Each rank leads its own session (pgid == pid); the waiter threads reap them.
+        stop_groups([r.proc.pid for r in live], grace)
         for rank in self.ranks:
-            # The rank's own children (data loader workers...) go too, even if it exited.
-            _signal_group(rank.proc, signal.SIGKILL)
+            if rank not in live:  # the rank's own children (data loader workers...)
+                kill_group(rank.proc.pid)
             rank.proc.wait()
         for thread in self._threads:
             thread.join(timeout=5.0)
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)

@@ -11,18 +11,16 @@ timed as a whole process, its output kept in a log.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from paralela.backends import kill_group, stop_group
 from paralela.errors import ConfigError
 from paralela.scaling._model import ScalingError
 
@@ -173,7 +171,8 @@ class CommandTarget:
             try:
                 code = proc.wait(timeout=self.timeout)
             except subprocess.TimeoutExpired:
-                _kill_group(proc, signal.SIGKILL)
+                kill_group(proc.pid)
+                proc.wait()
                 raise ScalingError(
                     f"The command did not finish within {self.timeout} s at {label}; it "
                     f"was killed. Its log: {log_path}\n{_tail(log_path)}"
@@ -202,22 +201,11 @@ def _map_wall(run_dir: Path) -> float | None:
         return None
 
 
-def _kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
-    proc.wait()
-
-
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the command's process group, SIGKILL it if it lingers."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    try:
-        proc.wait(timeout=TERM_GRACE)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc, signal.SIGKILL)
+    """SIGTERM the command's process group, SIGKILL what is left of it after
+    :data:`TERM_GRACE` (its workers too, once the command itself has exited)."""
+    stop_group(proc.pid, TERM_GRACE, leader=proc)  # its own session: pgid == pid
+    proc.wait()
 
 
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

@@ -9,7 +9,7 @@
                     own process group, output to the trial's log, a report pipe)
         reader thread: report lines -> events; end of pipe + exit code -> event
         terminate(): SIGTERM to the group, SIGKILL to what is left of it after the
-                     grace period, its leader gone or not (backends._groups, a thread)
+                     grace period, its leader gone or not (backends.stop_group, a thread)
     reaper:         one small process per sweep, told each command trial's group as it
                     starts and ends; when the driver dies (even by SIGKILL) its pipe
                     ends, and the reaper stops the groups left running
@@ -32,7 +32,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
 
-from paralela.backends._groups import stop_group
+from paralela.backends import stop_group
 from paralela.errors import ConfigError
 from paralela.sweeping._context import (
     FunctionTrialContext,
@@ -113,7 +113,7 @@ class FunctionJob:
             import optuna
 
             from paralela.backends import loads
-            from paralela.sweeping._study import open_storage
+            from paralela.studies import open_storage
 
             sampler = None if self.sampler is None else loads(self.sampler)
             if sampler is not None and self.seed is None:
@@ -432,12 +432,15 @@ class CommandTrial:
 # The reaper: reads "+PGID" / "-PGID" (and "+jJOBID" / "-jJOBID" for trials that are
 # Slurm jobs) lines from the driver; at the end of its input (the driver finished, or
 # died) it cancels the jobs still listed and stops the groups still listed: SIGTERM,
-# SIGKILL after the grace period. It ignores Ctrl-C (the driver handles that) and has
-# its own session, so that a signal to the driver's process group does not take it down
-# with the driver.
+# SIGKILL after the grace period (paralela.backends.stop_groups, imported from where the
+# driver's paralela is, before the end: stopping is not delayed by the import). It
+# ignores Ctrl-C (the driver handles that) and has its own session, so that a signal to
+# the driver's process group does not take it down with the driver.
 _REAPER_CODE = """
-import os, signal, sys, time
+import signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+sys.path.insert(0, sys.argv[2])
+from paralela.backends import stop_groups
 groups, jobs = set(), set()
 for line in sys.stdin.buffer:
     key = line[1:].strip()
@@ -452,26 +455,10 @@ if jobs:
                        stderr=subprocess.DEVNULL, timeout=60)
     except Exception:
         pass
-def alive(group):
-    try:
-        os.killpg(group, 0)
-    except OSError:
-        return False
-    return True
-for group in groups:
-    try:
-        os.killpg(group, signal.SIGTERM)
-    except OSError:
-        pass
-deadline = time.monotonic() + float(sys.argv[1])
-while any(alive(g) for g in groups) and time.monotonic() < deadline:
-    time.sleep(0.02)
-for group in groups:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:
-        pass
+stop_groups(groups, float(sys.argv[1]))
 """
+# The directory the driver's paralela package is in (the reaper imports that one).
+_PARALELA_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class Reaper:
@@ -485,7 +472,7 @@ class Reaper:
     def __init__(self, grace: float) -> None:
         self._grace = grace
         self._process = subprocess.Popen(
-            [sys.executable, "-c", _REAPER_CODE, str(grace)],
+            [sys.executable, "-c", _REAPER_CODE, str(grace), _PARALELA_ROOT],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
