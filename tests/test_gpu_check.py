@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +138,38 @@ def test_a_check_that_hangs_is_killed_with_what_it_started_and_reported(
     assert "hanging now" in entry["log_tail"]
     stray = psutil.Process(int((tmp_path / "hang.pid").read_text()))  # it had started
     poll(lambda: not stray.is_running() or stray.status() == psutil.STATUS_ZOMBIE, timeout=10)
+
+
+def fake_wheel(directory: Path, name: str, *requires: str) -> None:
+    with zipfile.ZipFile(directory / f"{name}-1.0-py3-none-any.whl", "w") as wheel:
+        metadata = [f"Name: {name}", *(f"Requires-Dist: {r}" for r in requires)]
+        wheel.writestr(f"{name}-1.0.dist-info/METADATA", "\n".join(metadata) + "\n")
+
+
+def test_make_gpu_wheels_names_a_requirement_neither_the_wheels_nor_the_image_meet(
+    tmp_path: Path,
+) -> None:
+    # fastapi 0.165 needs opentelemetry-api, which the GPU image lacks
+    fake_wheel(tmp_path, "fastapi", "starlette>=1.6", "opentelemetry-api>=1.44")
+    fake_wheel(tmp_path, "starlette", "anyio>=4", 'uvloop; sys_platform == "win32"')
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[project]\ndependencies = ["rich>=13"]\n[project.optional-dependencies]\n'
+        'torch = ["torch"]\nsweep = []\nserve = ["fastapi", "uvicorn"]\n'
+    )
+    closure = [sys.executable, str(ROOT / "tools" / "gpu_check" / "wheel_closure.py")]
+    image = ["rich", "torch", "anyio"]
+    done = subprocess.run(
+        [*closure, str(tmp_path), str(pyproject), *image],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "provide: uvicorn (for paralela); opentelemetry-api>=1.44 (for fastapi)." in done.stderr
+    assert "uvloop" not in done.stderr  # a requirement for another platform
+    fake_wheel(tmp_path, "opentelemetry_api")
+    done = subprocess.run(
+        [*closure, str(tmp_path), str(pyproject), *image, "uvicorn"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "every requirement is met (3 wheels and the image)" in done.stdout

@@ -40,10 +40,20 @@ WHEELS=(
     typing-inspection==0.4.5
     uvicorn==0.54.0
     httptools==0.9.0
+    opentelemetry-api==1.45.2
 )
 # Published as sources only (pure Python): built into a wheel here.
 SOURCE_WHEELS=(
     python-hostlist==2.3.0
+)
+
+# What the GPU machine's image has and the wheels above need (from its package list in
+# the device tool's KINDS.md, 2026-11-17): --wheels checks the two together meet every
+# requirement (tools/gpu_check/wheel_closure.py).
+IMAGE_HAS=(
+    torch numpy cloudpickle typer rich click shellingham psutil pyyaml httpx httpcore h11
+    anyio idna certifi uvloop typing-extensions annotated-doc packaging tqdm markupsafe
+    matplotlib nvidia-ml-py pygments markdown-it-py mdurl
 )
 
 download_wheels() {
@@ -68,6 +78,8 @@ download_wheels() {
              "$MAX_WHEEL_MIB MiB a device call carries: drop wheels the image has" >&2
         exit 1
     fi
+    "$python" "$ROOT/tools/gpu_check/wheel_closure.py" "$WHEEL_DIR" "$ROOT/pyproject.toml" \
+        "${IMAGE_HAS[@]}"
     echo "gpu-wheels: $count wheels, $((size_kib / 1024)) MiB ($size_kib KiB) in $WHEEL_DIR"
 }
 
