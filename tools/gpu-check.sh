@@ -41,6 +41,8 @@ WHEELS=(
     uvicorn==0.54.0
     httptools==0.9.0
     opentelemetry-api==1.45.2
+    # the image has it, maybe older than pydantic's >=4.16 (its version is not known here)
+    typing_extensions==4.16.0
 )
 # Published as sources only (pure Python): built into a wheel here.
 SOURCE_WHEELS=(
