@@ -164,9 +164,7 @@ def launch(
             ]
             group = RankGroup(specs, argv, envs, directory, out, prefix)
             try:
-                # With parameter servers, TensorFlow's chief (rank 0) ending is the end.
-                chief = 0 if tf_ps and any(s.rank == 0 for s in specs) else None
-                failed = group.wait_first_failure(done_when_exits=chief, rendezvous_timeout=timeout)
+                failed = _wait(group, specs, tf_ps, timeout)
             finally:
                 group.stop(stop_grace)
                 attempts.append([r.record() for r in group.ranks])
@@ -181,12 +179,27 @@ def launch(
             error = _failure(failed, len(group.ranks))
             if restart == max_restarts or isinstance(error, RendezvousError):
                 raise error
-            _say(
-                out,
-                f"paralela launch: {error.args[0].splitlines()[0]} Restarting the group "
-                f"(restart {restart + 1} of {max_restarts}).\n",
-            )
+            _say_restart(out, error, restart, max_restarts)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _wait(
+    group: RankGroup, specs: Sequence[RankSpec], tf_ps: int, timeout: float
+) -> RankProcess | None:
+    """The group's first failed rank; ``None`` once every rank exited 0 (with parameter
+    servers, once TensorFlow's chief, rank 0, did: its ending is the job's end)."""
+    chief = 0 if tf_ps and any(s.rank == 0 for s in specs) else None
+    return group.wait_first_failure(done_when_exits=chief, rendezvous_timeout=timeout)
+
+
+def _say_restart(
+    out: IO[bytes], error: RankFailedError | RendezvousError, restart: int, max_restarts: int
+) -> None:
+    _say(
+        out,
+        f"paralela launch: {error.args[0].splitlines()[0]} Restarting the group "
+        f"(restart {restart + 1} of {max_restarts}).\n",
+    )
 
 
 def resolve_rendezvous_timeout(
