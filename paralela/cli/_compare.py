@@ -28,6 +28,7 @@ from paralela.cli._errors import (
     handling_errors,
     kept_from_notes,
 )
+from paralela.cli._options import json_option, progress_option, run_dir_option, workers_option
 from paralela.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -113,24 +114,19 @@ def compare_command(
         ),
     ] = "auto",
     run_dir: Annotated[
-        Path | None,
-        typer.Option("--run-dir", "-d", help="Default: paralela-runs/compare-<hash>."),
+        Path | None, run_dir_option("Default: paralela-runs/compare-<hash>.")
     ] = None,
     refit: Annotated[
         bool,
         typer.Option("--refit/--no-refit", help="Fit the best on all the data: best.pkl."),
     ] = True,
-    workers: Annotated[
-        int | None, typer.Option("--workers", "-w", min=1, help="Fits at once (default: CPUs).")
-    ] = None,
+    workers: Annotated[int | None, workers_option("Fits at once. Default: the CPUs.")] = None,
     seed: Annotated[
         int | None,
         typer.Option(help="Sampler seed, and the random_state of unseeded estimators (0)."),
     ] = None,
-    progress: Annotated[
-        bool | None, typer.Option("--progress/--no-progress", help="A line per candidate.")
-    ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print compare.json on stdout.")] = False,
+    progress: Annotated[bool | None, progress_option("a line per candidate")] = None,
+    json_out: Annotated[bool, json_option("Print compare.json on stdout.")] = False,
 ) -> None:
     from paralela.comparing._data import is_classification, load_table
     from paralela.comparing._families import DEFAULT_SEED, families_from

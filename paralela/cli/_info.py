@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from paralela.cli._app import app
 from paralela.cli._errors import handling_errors
+from paralela.cli._options import json_option
 from paralela.resources import detect, make_slots
 
 
 @app.command()
 def info(
-    json_: bool = typer.Option(False, "--json", help="Print the report as JSON instead."),
+    json_: Annotated[bool, json_option("Print the report as JSON instead.")] = False,
     run_dir: list[Path] = typer.Option(  # noqa: B008 (Typer's way to declare options)
         [], "--run-dir", help="Check a run directory's filesystem (repeatable)."
     ),

@@ -11,6 +11,11 @@ import typer
 
 from paralela.cli._app import app
 from paralela.cli._errors import EXIT_USAGE, fail, handling_errors
+from paralela.cli._options import (
+    slurm_additional_option,
+    slurm_option,
+    timeout_min_option,
+)
 
 LAUNCH_HELP = (
     "Run PROGRAM as the ranks of one distributed job.\n\n"
@@ -114,31 +119,12 @@ def launch(
     mem_gb: Annotated[
         float | None, typer.Option(min=0.001, help="Memory per node, GB.", rich_help_panel=SLURM)
     ] = None,
-    timeout_min: Annotated[
-        int | None,
-        typer.Option(
-            "--timeout-min", "--time", min=1, help="Time limit, minutes.", rich_help_panel=SLURM
-        ),
-    ] = None,
-    slurm_partition: Annotated[
-        str | None, typer.Option("--slurm-partition", "--partition", rich_help_panel=SLURM)
-    ] = None,
-    slurm_account: Annotated[
-        str | None, typer.Option("--slurm-account", "--account", rich_help_panel=SLURM)
-    ] = None,
-    slurm_qos: Annotated[
-        str | None, typer.Option("--slurm-qos", "--qos", rich_help_panel=SLURM)
-    ] = None,
-    slurm_constraint: Annotated[
-        str | None, typer.Option("--slurm-constraint", "--constraint", rich_help_panel=SLURM)
-    ] = None,
-    slurm_additional: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="More sbatch options, KEY=VALUE or KEY (repeat): reservation=r1, exclusive.",
-            rich_help_panel=SLURM,
-        ),
-    ] = None,
+    timeout_min: Annotated[int | None, timeout_min_option(SLURM)] = None,
+    slurm_partition: Annotated[str | None, slurm_option("partition", SLURM)] = None,
+    slurm_account: Annotated[str | None, slurm_option("account", SLURM)] = None,
+    slurm_qos: Annotated[str | None, slurm_option("qos", SLURM)] = None,
+    slurm_constraint: Annotated[str | None, slurm_option("constraint", SLURM)] = None,
+    slurm_additional: Annotated[list[str] | None, slurm_additional_option(SLURM)] = None,
 ) -> None:
     slurm_options = {
         "nodes": nodes,

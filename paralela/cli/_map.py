@@ -28,7 +28,6 @@ from typing import Annotated, Any, Literal
 import typer
 
 from paralela._config import UNSET
-from paralela.backends import available_backends
 from paralela.cli._app import app
 from paralela.cli._errors import (
     EXIT_CODES_HELP,
@@ -47,6 +46,17 @@ from paralela.cli._map_output import (
     print_summary,
     records,
     write_results,
+)
+from paralela.cli._options import (
+    BackendOptions,
+    backend_option,
+    check_backend,
+    output_option,
+    parse_options,
+    progress_option,
+    retries_option,
+    run_dir_option,
+    workers_option,
 )
 from paralela.errors import MapError
 from paralela.mapping import MapIterator, imap
@@ -79,20 +89,6 @@ def _parse_chunksize(text: str) -> int | Literal["auto"]:
             EXIT_USAGE,
         )
     return size
-
-
-def _parse_options(pairs: list[str]) -> dict[str, str]:
-    """``["slurm_partition=gpu", ...]`` -> a dict; the backend checks names and values."""
-    options: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            fail(
-                f"--option expects KEY=VALUE, got {pair!r}; e.g. --option slurm_partition=gpu.",
-                EXIT_USAGE,
-            )
-        options[key.strip()] = value.strip()
-    return options
 
 
 # -- running --------------------------------------------------------------------------
@@ -153,6 +149,10 @@ def _encode_results(
                 return
 
 
+BACKEND_HELP = (
+    "processes (default), threads (I/O-bound work), sequential (a plain loop, for "
+    "debugging), or slurm (array jobs on a cluster; see --option)."
+)
 MAP_HELP = (
     "Apply MODULE:FUNC to every item of --input (JSON Lines) or every file of --glob, "
     "on every core, and write the results as JSON Lines.\n\n"
@@ -182,12 +182,10 @@ def map_command(
     ],
     output: Annotated[
         str,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="FILE",
-            help='Results as JSON Lines, in input order: {"index", "item", "result"} (or '
+        output_option(
+            'Results as JSON Lines, in input order: {"index", "item", "result"} (or '
             '"error" with --on-error collect). Written atomically; - writes stdout.',
+            metavar="FILE",
         ),
     ],
     input_: Annotated[
@@ -210,33 +208,13 @@ def map_command(
             "item, passed as a string path. Quote the pattern.",
         ),
     ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            "-w",
-            min=1,
-            help="Worker count. Default: the CPUs this process may use (or PARALELA_WORKERS).",
-            show_default=False,
-        ),
-    ] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            "-b",
-            help="processes (default), threads (I/O-bound work), sequential (a plain "
-            "loop, for debugging), or slurm (array jobs on a cluster; see --option).",
-            show_default=False,
-        ),
-    ] = None,
+    workers: Annotated[int | None, workers_option()] = None,
+    backend: Annotated[str | None, backend_option(BACKEND_HELP)] = None,
     run_dir: Annotated[
         Path | None,
-        typer.Option(
-            "--run-dir",
-            metavar="DIR",
-            help="Keep finished chunks in DIR; running again with the same DIR computes "
-            "only what is missing.",
+        run_dir_option(
+            "Keep finished chunks in DIR; running again with the same DIR computes only "
+            "what is missing."
         ),
     ] = None,
     fingerprint: Annotated[
@@ -282,47 +260,17 @@ def map_command(
             '"-Infinity").',
         ),
     ] = NanAs.error,
-    retries: Annotated[
-        int | None,
-        typer.Option(
-            "--retries",
-            min=0,
-            help="Times a chunk is run again when its worker dies (killed, crashed, out "
-            "of memory). Default: 2.",
-            show_default=False,
-        ),
-    ] = None,
-    progress: Annotated[
-        bool | None,
-        typer.Option(
-            "--progress/--no-progress",
-            help="Show a progress bar on stderr. Default: when stderr is a terminal.",
-            show_default=False,
-        ),
-    ] = None,
-    option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--option",
-            "-O",
-            metavar="KEY=VALUE",
-            help="A backend option, repeatable; for --backend slurm e.g. "
-            "slurm_partition=gpu, cpus_per_task=8, timeout_min=60, max_jobs=100.",
-            show_default=False,
-        ),
-    ] = None,
+    retries: Annotated[int | None, retries_option("chunk")] = None,
+    progress: Annotated[bool | None, progress_option("a progress bar")] = None,
+    option: BackendOptions = None,
 ) -> None:
     """Apply a function to every item (JSONL line or file) in parallel; see ``MAP_HELP``.
 
     Exits through :class:`typer.Exit` with the codes of :mod:`paralela.cli._errors`.
     """
-    if backend is not None and backend not in available_backends():
-        fail(
-            f"Unknown backend {backend!r}; valid backends are: {', '.join(available_backends())}.",
-            EXIT_USAGE,
-        )
+    check_backend(backend)
     size = _parse_chunksize(chunksize)
-    backend_options = _parse_options(option or [])
+    backend_options = parse_options(option)
     out_path = check_output(output)
     fn = load_function(target)
     items, item_json = read_items(input_, glob_, nan_as)

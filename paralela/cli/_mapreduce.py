@@ -20,7 +20,6 @@ from typing import Annotated, Any
 import typer
 
 from paralela._config import UNSET
-from paralela.backends import available_backends
 from paralela.cli._app import app
 from paralela.cli._errors import (
     EXIT_CODES_HELP,
@@ -32,6 +31,22 @@ from paralela.cli._errors import (
     said_with_notes,
 )
 from paralela.cli._load import load_function
+from paralela.cli._options import (
+    BackendOptions,
+    Encoding,
+    InputFormat,
+    InputPaths,
+    Overwrite,
+    backend_option,
+    check_backend,
+    output_option,
+    parse_options,
+    progress_option,
+    retries_option,
+    run_dir_option,
+    split_bytes_option,
+    workers_option,
+)
 from paralela.errors import MissingExtraError, ParalelaError
 
 __all__ = ["mapreduce_command"]
@@ -89,19 +104,6 @@ def _job_functions(job: str) -> tuple[Any, Any, Any, bool]:
     return mapper, module.reducer, combiner, batched
 
 
-def _parse_options(pairs: list[str]) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            fail(
-                f"--option expects KEY=VALUE, got {pair!r}; e.g. --option slurm_partition=gpu.",
-                EXIT_USAGE,
-            )
-        options[key.strip()] = value.strip()
-    return options
-
-
 def _full_disk(exc: Exception) -> None:
     """A job that stopped on a full disk exits 1: a failure to retry once there is
     room, not a usage error (the code its RunStoreError would have)."""
@@ -143,16 +145,7 @@ def _print_text(result: Any) -> None:
     no_args_is_help=True,
 )
 def mapreduce_command(
-    input_: Annotated[
-        list[str],
-        typer.Option(
-            "--input",
-            "-i",
-            metavar="PATH",
-            help="A file, directory or quoted glob ('corpus/*.txt'); repeatable.",
-            show_default=False,
-        ),
-    ],
+    input_: InputPaths,
     job: Annotated[
         str | None,
         typer.Argument(
@@ -164,24 +157,12 @@ def mapreduce_command(
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="DIR",
-            help="Write part-NNNNN files and _SUCCESS to DIR (atomically). Default: JSON "
-            "Lines on stdout.",
-            show_default=False,
+        output_option(
+            "Write part-NNNNN files and _SUCCESS to DIR (atomically). Default: JSON Lines "
+            "on stdout."
         ),
     ] = None,
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite",
-            help="Delete what --output holds that paralela did not write (another tool's "
-            "output, your files) before writing; without it such a directory is refused "
-            "(exit 2). paralela's own earlier output is replaced either way.",
-        ),
-    ] = False,
+    overwrite: Overwrite = False,
     format_: Annotated[
         Format | None,
         typer.Option(
@@ -221,19 +202,8 @@ def mapreduce_command(
             show_default=False,
         ),
     ] = None,
-    input_format: Annotated[
-        str | None,
-        typer.Option(
-            "--input-format",
-            metavar="text|jsonl|csv|parquet",
-            help="How to read the inputs. Default: from each file's extension.",
-            show_default=False,
-        ),
-    ] = None,
-    encoding: Annotated[
-        str,
-        typer.Option("--encoding", help="Encoding of text, JSONL and CSV inputs."),
-    ] = "utf-8",
+    input_format: InputFormat = None,
+    encoding: Encoding = "utf-8",
     partitions: Annotated[
         int | None,
         typer.Option(
@@ -244,16 +214,7 @@ def mapreduce_command(
             show_default=False,
         ),
     ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            "-w",
-            min=1,
-            help="Workers. Default: the CPUs this process may use.",
-            show_default=False,
-        ),
-    ] = None,
+    workers: Annotated[int | None, workers_option()] = None,
     memory_limit: Annotated[
         str | None,
         typer.Option(
@@ -264,20 +225,12 @@ def mapreduce_command(
             show_default=False,
         ),
     ] = None,
-    split_bytes: Annotated[
-        str,
-        typer.Option(
-            "--split-bytes", metavar="SIZE", help="The most bytes of a file per map task."
-        ),
-    ] = "64MiB",
+    split_bytes: Annotated[str, split_bytes_option("map task")] = "64MiB",
     run_dir: Annotated[
         Path | None,
-        typer.Option(
-            "--run-dir",
-            metavar="DIR",
-            help="Keep the job's state in DIR; running again with it resumes (needed "
-            "with --backend slurm, on a shared filesystem).",
-            show_default=False,
+        run_dir_option(
+            "Keep the job's state in DIR; running again with it resumes (needed with "
+            "--backend slurm, on a shared filesystem)."
         ),
     ] = None,
     engine: Annotated[
@@ -294,51 +247,18 @@ def mapreduce_command(
     ] = None,
     backend: Annotated[
         str | None,
-        typer.Option(
-            "--backend",
-            "-b",
-            help="processes (default), threads, sequential, or slurm (see --option).",
-            show_default=False,
-        ),
+        backend_option("processes (default), threads, sequential, or slurm (see --option)."),
     ] = None,
-    option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--option",
-            "-O",
-            metavar="KEY=VALUE",
-            help="A backend option, repeatable (e.g. slurm_partition=cpu, timeout_min=60).",
-            show_default=False,
-        ),
-    ] = None,
-    retries: Annotated[
-        int | None,
-        typer.Option(
-            "--retries",
-            min=0,
-            help="Times a task is run again when its worker dies. Default: 2.",
-            show_default=False,
-        ),
-    ] = None,
-    progress: Annotated[
-        bool | None,
-        typer.Option(
-            "--progress/--no-progress",
-            help="Progress bars on stderr. Default: when stderr is a terminal.",
-            show_default=False,
-        ),
-    ] = None,
+    option: BackendOptions = None,
+    retries: Annotated[int | None, retries_option("task")] = None,
+    progress: Annotated[bool | None, progress_option("progress bars")] = None,
 ) -> None:
     """Run a MapReduce job file; see ``MAPREDUCE_HELP``. Exits through :class:`typer.Exit`
     with the codes of :mod:`paralela.cli._errors`."""
     from paralela.mapreduce import mapreduce
 
-    if backend is not None and backend not in available_backends():
-        fail(
-            f"Unknown backend {backend!r}; valid backends are: {', '.join(available_backends())}.",
-            EXIT_USAGE,
-        )
-    backend_options = _parse_options(option or [])
+    check_backend(backend)
+    backend_options = parse_options(option)
     commands = (mapper_command, reducer_command, combiner_command)
     streaming = any(c is not None for c in commands)
     if job is not None and streaming:

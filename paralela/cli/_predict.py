@@ -27,9 +27,26 @@ from paralela.cli._errors import (
     said_with_notes,
 )
 from paralela.cli._load import load_function
+from paralela.cli._options import (
+    BackendOptions,
+    Encoding,
+    Gpus,
+    InputFormat,
+    InputPaths,
+    ModelArgument,
+    Overwrite,
+    backend_option,
+    output_option,
+    parse_options,
+    progress_option,
+    retries_option,
+    run_dir_option,
+    split_bytes_option,
+    workers_option,
+)
 from paralela.errors import MissingExtraError, ParalelaError
 
-__all__ = ["GpusOption", "ModelArgument", "load_model", "predict_command"]
+__all__ = ["load_model", "predict_command"]
 
 
 class Format(str, enum.Enum):
@@ -55,39 +72,6 @@ PREDICT_HELP = (
     '"output"}, in input order; _SUCCESS is written last. With --run-dir, running again '
     "after a crash or Ctrl-C predicts only the unfinished shards."
 )
-
-
-# The model class and the GPUs: the same for `paralela predict` and `paralela serve`.
-ModelArgument = Annotated[
-    str,
-    typer.Argument(
-        metavar="MODULE:CLASS",
-        help="The model class: models:Embedder (models.py here) or path/to/file.py:Embedder.",
-        show_default=False,
-    ),
-]
-GpusOption = Annotated[
-    str | None,
-    typer.Option(
-        "--gpus",
-        metavar="IDS",
-        help="GPUs to use ('0,2'), or 'none' for CPUs only. Default: every visible GPU.",
-        show_default=False,
-    ),
-]
-
-
-def _parse_options(pairs: list[str]) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            fail(
-                f"--option expects KEY=VALUE, got {pair!r}; e.g. --option slurm_partition=gpu.",
-                EXIT_USAGE,
-            )
-        options[key.strip()] = value.strip()
-    return options
 
 
 def _unwritable(exc: Exception) -> None:
@@ -116,97 +100,33 @@ def load_model(spec: str) -> Any:
 )
 def predict_command(
     model: ModelArgument,
-    input_: Annotated[
-        list[str],
-        typer.Option(
-            "--input",
-            "-i",
-            metavar="PATH",
-            help="A file, directory or quoted glob ('texts/*.jsonl'); repeatable.",
-            show_default=False,
-        ),
-    ],
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="DIR",
-            help="Directory for the part files and _SUCCESS.",
-            show_default=False,
-        ),
-    ],
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite",
-            help="Delete what --output holds that paralela did not write (another tool's "
-            "output, your files) before writing; without it such a directory is refused "
-            "(exit 2). paralela's own earlier output is replaced either way.",
-        ),
-    ] = False,
+    input_: InputPaths,
+    output: Annotated[Path, output_option("Directory for the part files and _SUCCESS.")],
+    overwrite: Overwrite = False,
     batch_size: Annotated[
         int, typer.Option("--batch-size", min=1, help="Records per predict call.")
     ] = 32,
     workers: Annotated[
         int | None,
-        typer.Option(
-            "--workers",
-            "-w",
-            min=1,
-            help="Workers. Default: one per GPU, else one per CPU; on Slurm the most array tasks.",
-            show_default=False,
+        workers_option(
+            "Workers. Default: one per GPU, else one per CPU; on Slurm the most array tasks."
         ),
     ] = None,
     backend: Annotated[
         BackendName | None,
-        typer.Option(
-            "--backend",
-            "-b",
-            help="processes (default), sequential (one process: pdb works) or slurm.",
-            show_default=False,
-        ),
+        backend_option("processes (default), sequential (one process: pdb works) or slurm."),
     ] = None,
-    option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--option",
-            "-O",
-            metavar="KEY=VALUE",
-            help="A Slurm option, repeatable (slurm_partition=gpu, gpus_per_task=1, "
-            "timeout_min=60).",
-            show_default=False,
-        ),
-    ] = None,
+    option: BackendOptions = None,
     run_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--run-dir",
-            metavar="DIR",
-            help="Keep finished shards in DIR; running again with it resumes.",
-            show_default=False,
-        ),
+        Path | None, run_dir_option("Keep finished shards in DIR; running again with it resumes.")
     ] = None,
     format_: Annotated[
         Format, typer.Option("--format", "-f", help="Format of the part files.")
     ] = Format.jsonl,
-    input_format: Annotated[
-        str | None,
-        typer.Option(
-            "--input-format",
-            metavar="text|jsonl|csv|parquet",
-            help="How to read the inputs. Default: from each file's extension.",
-            show_default=False,
-        ),
-    ] = None,
-    encoding: Annotated[
-        str, typer.Option("--encoding", help="Encoding of text, JSONL and CSV inputs.")
-    ] = "utf-8",
-    split_bytes: Annotated[
-        str,
-        typer.Option("--split-bytes", metavar="SIZE", help="The most bytes of a file per shard."),
-    ] = "16MiB",
-    gpus: GpusOption = None,
+    input_format: InputFormat = None,
+    encoding: Encoding = "utf-8",
+    split_bytes: Annotated[str, split_bytes_option("shard")] = "16MiB",
+    gpus: Gpus = None,
     workers_per_gpu: Annotated[
         int,
         typer.Option("--workers-per-gpu", min=1, help="Workers sharing each GPU (small models)."),
@@ -215,30 +135,15 @@ def predict_command(
         bool,
         typer.Option("--no-input", help="Leave the input out of the rows (shard, row, output)."),
     ] = False,
-    retries: Annotated[
-        int | None,
-        typer.Option(
-            "--retries",
-            min=0,
-            help="Times a shard is run again when its worker dies. Default: 2.",
-            show_default=False,
-        ),
-    ] = None,
-    progress: Annotated[
-        bool | None,
-        typer.Option(
-            "--progress/--no-progress",
-            help="A progress bar of shards on stderr. Default: when stderr is a terminal.",
-            show_default=False,
-        ),
-    ] = None,
+    retries: Annotated[int | None, retries_option("shard")] = None,
+    progress: Annotated[bool | None, progress_option("a progress bar of shards")] = None,
 ) -> None:
     """Run a model class over files; see ``PREDICT_HELP``. Exits through
     :class:`typer.Exit` with the codes of :mod:`paralela.cli._errors`."""
-    from paralela.serving._predict import predict
+    from paralela.serving import predict
 
     cls = load_model(model)
-    options = _parse_options(option or [])
+    options = parse_options(option)
     with handling_errors(
         resume_hint(run_dir, "shards", again="run the same command again"),
         codes=((MissingExtraError, EXIT_USAGE),),

@@ -25,6 +25,7 @@ from paralela.cli._errors import (
     handling_errors,
     said_over_lines,
 )
+from paralela.cli._options import json_option, quiet_option, run_dir_option
 
 __all__ = ["parse_workers", "scale_command"]
 
@@ -127,13 +128,7 @@ def scale_command(
         ),
     ] = False,
     run_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--run-dir",
-            "-d",
-            metavar="DIR",
-            help="Save scaling.json, scaling.png and the command logs in DIR.",
-        ),
+        Path | None, run_dir_option("Save scaling.json, scaling.png and the command logs in DIR.")
     ] = None,
     timeout: Annotated[
         float | None,
@@ -148,12 +143,8 @@ def scale_command(
         ),
     ] = "wall",
     plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Draw scaling.png.")] = True,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print scaling.json's content on stdout.")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No line per run on stderr.")
-    ] = False,
+    json_out: Annotated[bool, json_option("Print scaling.json's content on stdout.")] = False,
+    quiet: Annotated[bool, quiet_option("No line per run on stderr.")] = False,
 ) -> None:
     """Measure and fit; see ``SCALE_HELP``. Exits through :class:`typer.Exit`."""
     from paralela.scaling import measure

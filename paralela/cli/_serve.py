@@ -24,7 +24,8 @@ from paralela.cli._errors import (
     handling_errors,
     said_over_lines,
 )
-from paralela.cli._predict import GpusOption, ModelArgument, load_model
+from paralela.cli._options import Gpus, ModelArgument, workers_option
+from paralela.cli._predict import load_model
 from paralela.errors import ConfigError, MissingExtraError
 
 __all__ = ["serve_command"]
@@ -57,7 +58,7 @@ def _show_warning(message: Warning | str, category: type[Warning], *args: object
 
 
 def _parse_bytes(text: str) -> int:
-    from paralela.mapreduce._sizes import parse_size
+    from paralela.files import parse_size
 
     try:
         return parse_size(text, "--max-body")
@@ -82,20 +83,15 @@ def serve_command(
     ] = 8000,
     workers: Annotated[
         int | None,
-        typer.Option(
-            "--workers",
-            "-w",
-            min=1,
-            help="Model workers. Default: one per GPU (x --workers-per-device), else one "
-            "per 4 CPUs.",
-            show_default=False,
+        workers_option(
+            "Model workers. Default: one per GPU (x --workers-per-device), else one per 4 CPUs."
         ),
     ] = None,
     workers_per_device: Annotated[
         int,
         typer.Option("--workers-per-device", min=1, help="Workers sharing each GPU."),
     ] = 1,
-    gpus: GpusOption = None,
+    gpus: Gpus = None,
     max_batch: Annotated[
         int, typer.Option("--max-batch", min=1, help="The most inputs per predict call.")
     ] = 32,
@@ -156,7 +152,7 @@ def serve_command(
 ) -> None:
     """Serve a model class; see ``SERVE_HELP``. Exits through :class:`typer.Exit` with
     the codes of :mod:`paralela.cli._errors`."""
-    from paralela.serving._serve import ExposedServerWarning, serve
+    from paralela.serving import ExposedServerWarning, serve
 
     cls = load_model(model)
     token = _read_token(token_file) if token_file is not None else None

@@ -14,6 +14,7 @@ import typer
 
 from paralela.cli._app import app
 from paralela.cli._errors import EXIT_USAGE, fail, handling_errors
+from paralela.cli._options import json_option, quiet_option, workers_option
 
 STAGE_HELP = (
     "Copy SRC (a directory or a file) to node-local scratch, in parallel, and print "
@@ -46,10 +47,7 @@ def stage(
     back: Annotated[
         bool, typer.Option("--back", help="Copy DEST to SRC: results from scratch, home.")
     ] = False,
-    workers: Annotated[
-        int | None,
-        typer.Option("--workers", "-w", min=1, help="Threads (default 4 per CPU, 8 to 32)."),
-    ] = None,
+    workers: Annotated[int | None, workers_option("Threads. Default: 4 per CPU, 8 to 32.")] = None,
     verify: Annotated[
         bool, typer.Option("--verify/--no-verify", help="Read each copy back and compare.")
     ] = True,
@@ -60,12 +58,8 @@ def stage(
     checksum: Annotated[
         str, typer.Option(help="auto (what DEST used, else blake2b), blake2b or sha256.")
     ] = "auto",
-    json_: Annotated[
-        bool, typer.Option("--json", help="Print the result as JSON instead of the path.")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No summary or warnings on stderr.")
-    ] = False,
+    json_: Annotated[bool, json_option("Print the result as JSON instead of the path.")] = False,
+    quiet: Annotated[bool, quiet_option("No summary or warnings on stderr.")] = False,
     overwrite: Annotated[
         bool,
         typer.Option(

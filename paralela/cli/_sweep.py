@@ -17,6 +17,16 @@ from paralela.cli._errors import (
     handling_errors,
     kept_from_notes,
 )
+from paralela.cli._options import (
+    Gpus,
+    json_option,
+    progress_option,
+    run_dir_option,
+    slurm_additional_option,
+    slurm_option,
+    timeout_min_option,
+    workers_option,
+)
 
 SWEEP_HELP = (
     "Search hyperparameters with one trial per GPU (or CPU share), stopping bad trials "
@@ -98,21 +108,20 @@ def sweep(
             show_default=False,
         ),
     ] = None,
-    run_dir: Annotated[
-        Path | None,
-        typer.Option("--run-dir", "-d", help="Default: paralela-runs/<study name>."),
-    ] = None,
+    run_dir: Annotated[Path | None, run_dir_option("Default: paralela-runs/<study name>.")] = None,
     study: Annotated[str | None, typer.Option("--study", help="Study name.")] = None,
     storage: Annotated[
         str | None,
         typer.Option(help="Database URL (postgresql://...) or journal:PATH. Default: SQLite."),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", "-w", min=1, help="At most this many at once.")
+        int | None,
+        workers_option(
+            "Trials at once, at most. Default: one per slot (a GPU, or a CPU share); with "
+            "--slurm-mode per-trial, 4."
+        ),
     ] = None,
-    gpus: Annotated[
-        str | None, typer.Option(help="GPUs to use, e.g. 0,2; 'none' for CPU slots.")
-    ] = None,
+    gpus: Gpus = None,
     gpus_per_trial: Annotated[int, typer.Option(min=0, help="GPUs per trial.")] = 1,
     trials_per_gpu: Annotated[int, typer.Option(min=1, help="Trials sharing one GPU.")] = 1,
     min_free_gpu_memory: Annotated[
@@ -130,15 +139,11 @@ def sweep(
         ),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
-    progress: Annotated[
-        bool | None, typer.Option("--progress/--no-progress", help="Live table.")
-    ] = None,
+    progress: Annotated[bool | None, progress_option("a live table")] = None,
     plots: Annotated[
         bool, typer.Option("--plots/--no-plots", help="PNG plots in the run directory.")
     ] = True,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the result as JSON on stdout.")
-    ] = False,
+    json_out: Annotated[bool, json_option("Print the result as JSON on stdout.")] = False,
     backend: Annotated[
         str,
         typer.Option(
@@ -170,17 +175,12 @@ def sweep(
     mem_gb: Annotated[
         float | None, typer.Option(min=0.001, help="Memory of the job, GB.", rich_help_panel=SLURM)
     ] = None,
-    timeout_min: Annotated[
-        int | None, typer.Option(min=1, help="Job time limit, minutes.", rich_help_panel=SLURM)
-    ] = None,
-    slurm_partition: Annotated[str | None, typer.Option(rich_help_panel=SLURM)] = None,
-    slurm_account: Annotated[str | None, typer.Option(rich_help_panel=SLURM)] = None,
-    slurm_qos: Annotated[str | None, typer.Option(rich_help_panel=SLURM)] = None,
-    slurm_constraint: Annotated[str | None, typer.Option(rich_help_panel=SLURM)] = None,
-    slurm_additional: Annotated[
-        list[str] | None,
-        typer.Option(help="More sbatch options, KEY=VALUE or KEY (repeat).", rich_help_panel=SLURM),
-    ] = None,
+    timeout_min: Annotated[int | None, timeout_min_option(SLURM)] = None,
+    slurm_partition: Annotated[str | None, slurm_option("partition", SLURM)] = None,
+    slurm_account: Annotated[str | None, slurm_option("account", SLURM)] = None,
+    slurm_qos: Annotated[str | None, slurm_option("qos", SLURM)] = None,
+    slurm_constraint: Annotated[str | None, slurm_option("constraint", SLURM)] = None,
+    slurm_additional: Annotated[list[str] | None, slurm_additional_option(SLURM)] = None,
 ) -> None:
     import paralela
 
