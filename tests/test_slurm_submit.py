@@ -32,7 +32,7 @@ from paralela.backends.slurm import (
     run_job,
 )
 from paralela.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
-from paralela.distributed._slurm_submit import launch_failure, launch_script, submit_launch
+from paralela.distributed._launch_slurm import launch_failure, launch_script, submit_launch
 from paralela.errors import ConfigError, DistributedError, RankFailedError, RendezvousError
 
 DDP = Path(__file__).parent / "distributed_scripts" / "ddp_steps.py"

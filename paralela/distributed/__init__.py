@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from paralela.distributed._checkpoint import load_checkpoint, save_checkpoint
     from paralela.distributed._env import RankSpec, slurm_spec, tf_config
+    from paralela.distributed._launch_slurm import SlurmLaunchResult, submit_launch
     from paralela.distributed._launcher import LaunchResult, in_slurm_step, launch
     from paralela.distributed._pipeline import (
         Pipeline,
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
         split_stages,
     )
     from paralela.distributed._ps import ParameterServer, ParameterServerStats, parameter_server
-    from paralela.distributed._slurm_submit import SlurmLaunchResult, submit_launch
     from paralela.distributed._training import (
         DistContext,
         ShardedLoader,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("RankSpec", "slurm_spec", "tf_config"), "paralela.distributed._env"),
     **dict.fromkeys(("LaunchResult", "in_slurm_step", "launch"), "paralela.distributed._launcher"),
-    **dict.fromkeys(("SlurmLaunchResult", "submit_launch"), "paralela.distributed._slurm_submit"),
+    **dict.fromkeys(("SlurmLaunchResult", "submit_launch"), "paralela.distributed._launch_slurm"),
     "save_checkpoint": "paralela.distributed._checkpoint",
     "load_checkpoint": "paralela.distributed._checkpoint",
     "init": "paralela.distributed._training",
