@@ -15,24 +15,25 @@ from paralela.backends import sigterm_as_interrupt
 from paralela.errors import ConfigError, add_note
 from paralela.resources import Slot
 from paralela.space import Space, as_space
-from paralela.sweeping._disk import storage_errors
-from paralela.sweeping._driver import Budget, check_budget, run_trials
-from paralela.sweeping._identity import check_identity, check_run_dir, identify
-from paralela.sweeping._objective import takes_trial
-from paralela.sweeping._outputs import records_from_study, write_outputs
-from paralela.sweeping._results import SweepResult
-from paralela.sweeping._study import (
+from paralela.studies import (
     DRIVER_ATTR,
     INTERRUPTED_ATTR,
     UNUSED_ATTR,
-    _optuna,
     choose_storage,
     driver_identity,
+    import_optuna,
     make_pruner,
     make_sampler,
     open_storage,
     recover_interrupted,
+    storage_errors,
 )
+from paralela.sweeping._budget import Budget, check_budget
+from paralela.sweeping._driver import run_trials
+from paralela.sweeping._identity import check_identity, check_run_dir, identify
+from paralela.sweeping._objective import takes_trial
+from paralela.sweeping._outputs import records_from_study, write_outputs
+from paralela.sweeping._results import SweepResult
 from paralela.sweeping._trials import check_command
 
 __all__ = ["sweep"]
@@ -302,7 +303,7 @@ def sweep(
         if backend == "slurm":
             backend_options = _with_time_limit(backend_options, trial_timeout)
 
-    optuna = _optuna()
+    optuna = import_optuna()
     sampler_obj = make_sampler(sampler, seed=seed, grid=grid) if sampler_name else sampler
     if pruner is None and by_run:  # as optuna.create_study(): its examples prune as published
         pruner_obj = optuna.pruners.MedianPruner()

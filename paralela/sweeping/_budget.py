@@ -9,19 +9,25 @@ if the count is below ``n_trials``; the new trial is in the database before the 
 let go, so the next driver counts it. Drivers sharing a database from different run
 directories (``--storage postgresql://...``) count the same way, without the lock: they
 may overshoot by one trial each, as Optuna's own processes do.
+
+``Budget`` is what one sweep was given (trials, time, failures, time per trial);
+``check_budget`` checks the user's figures before anything starts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import numbers
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from paralela._files import locked
-from paralela.sweeping._study import INTERRUPTED_ATTR, UNUSED_ATTR
+from paralela.errors import ConfigError
+from paralela.studies import INTERRUPTED_ATTR, UNUSED_ATTR
 
-__all__ = ["SharedBudget"]
+__all__ = ["Budget", "SharedBudget", "check_budget"]
 
 _CLAIMED = ("RUNNING", "COMPLETE", "PRUNED", "FAIL")
 _COUNT_SQL = (
@@ -29,6 +35,31 @@ _COUNT_SQL = (
     "('RUNNING', 'COMPLETE', 'PRUNED', 'FAIL') AND trial_id NOT IN (SELECT trial_id FROM "
     "trial_system_attributes WHERE key IN (:unused, :interrupted))"
 )
+
+
+@dataclass
+class Budget:
+    n_trials: int | None
+    timeout: float | None
+    max_failures: int | None
+    trial_timeout: float | None = None  # seconds one trial may run (Slurm: its --time)
+
+
+def check_budget(n_trials: object, timeout: float | None) -> None:
+    if n_trials is None and timeout is None:
+        raise ConfigError(
+            "Give a trial budget (n_trials=, --trials) or a time budget (timeout=, "
+            "--timeout), or both."
+        )
+    if n_trials is not None and (
+        isinstance(n_trials, bool) or not isinstance(n_trials, numbers.Integral) or n_trials < 1
+    ):
+        raise ConfigError(
+            f"n_trials must be a positive whole number (an int), got {n_trials!r}; "
+            "round it yourself (the budget is a count of trials)."
+        )
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}.")
 
 
 class SharedBudget:
