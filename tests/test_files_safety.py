@@ -81,8 +81,10 @@ def _staged(d: Path) -> Path:
     src = d.parent / "src"
     src.mkdir(exist_ok=True)
     (src / "data.bin").write_bytes(b"data")
+    # A link at the target is a file paralela did not write: refused unless overwrite
+    # (tests/test_output_safety.py); told to replace it, the stage replaces the link.
     with contextlib.suppress(Exception):  # a refused file fails the stage: that is fine
-        stage(src, d)
+        stage(src, d, overwrite=True)
     return d / "data.bin"
 
 
