@@ -66,8 +66,7 @@ if TYPE_CHECKING:
         load_scaling,
         measure,
     )
-    from paralela.serving._predict import PredictResult, predict
-    from paralela.serving._serve import serve
+    from paralela.serving import PredictResult, predict, serve
     from paralela.staging import StageError, StageResult, VerificationError, stage, verify_stage
     from paralela.sweeping import (
         Categorical,
@@ -140,9 +139,9 @@ _LAZY: dict[str, str] = {
     "compare": "paralela.comparing",
     "CompareResult": "paralela.comparing",
     "CompareError": "paralela.comparing",
-    "predict": "paralela.serving._predict",
-    "PredictResult": "paralela.serving._predict",
-    "serve": "paralela.serving._serve",
+    "predict": "paralela.serving",
+    "PredictResult": "paralela.serving",
+    "serve": "paralela.serving",
     **dict.fromkeys(
         ("measure", "fit_amdahl", "fit_gustafson", "ScalingResult", "ScalingError", "load_scaling"),
         "paralela.scaling",

@@ -524,7 +524,7 @@ def test_parse_size() -> None:
 
 
 def test_parse_split_bytes_takes_zero_for_one_split_per_file() -> None:
-    from paralela.mapreduce._inputs import parse_split_bytes
+    from paralela.files import parse_split_bytes
 
     assert parse_split_bytes(0) == parse_split_bytes("0") == parse_split_bytes("0MB") == 0
     assert parse_split_bytes("64MiB") == 64 << 20

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from paralela.errors import ConfigError, InputError, MissingExtraError, UnpicklableError
-from paralela.mapreduce import _formats
-from paralela.mapreduce._inputs import (
+from paralela.files import _formats
+from paralela.files._inputs import (
     Split,
     group_splits,
     input_identity,

@@ -130,7 +130,7 @@ def test_serve_from_python_warns_when_it_listens_beyond_this_machine_without_a_t
     fds: int,
 ) -> None:
     from paralela.errors import ConfigError
-    from paralela.serving._serve import ExposedServerWarning
+    from paralela.serving import ExposedServerWarning
     from tests.serve_helpers import Echo
 
     with socket.socket() as taken:

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from paralela._files import atomic_write
-from paralela._output_dir import refuse_others_outputs
 from paralela.errors import ConfigError
+from paralela.files import refuse_others_outputs
 
 if TYPE_CHECKING:
     from paralela.comparing._families import Family

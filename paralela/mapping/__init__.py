@@ -9,15 +9,28 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from paralela.mapping._api import imap, map
+    from paralela.mapping._api import check_picklable, choose_backend, imap, map
     from paralela.mapping._engine import MapIterator
     from paralela.mapping._summary import ChunkTiming, MapSummary, Results, WorkerStats
 
-__all__ = ["ChunkTiming", "MapIterator", "MapSummary", "Results", "WorkerStats", "imap", "map"]
+__all__ = [
+    "ChunkTiming",
+    "MapIterator",
+    "MapSummary",
+    "Results",
+    "WorkerStats",
+    "imap",
+    "map",
+    # for capabilities built on map's pieces (mapreduce)
+    "check_picklable",
+    "choose_backend",
+]
 
 _LAZY = {
     "imap": "paralela.mapping._api",
     "map": "paralela.mapping._api",
+    "check_picklable": "paralela.mapping._api",
+    "choose_backend": "paralela.mapping._api",
     "MapIterator": "paralela.mapping._engine",
     "ChunkTiming": "paralela.mapping._summary",
     "MapSummary": "paralela.mapping._summary",

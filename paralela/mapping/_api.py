@@ -16,13 +16,15 @@ from paralela.mapping._summary import Results
 from paralela.runs import RunStore, fingerprint_function, fingerprint_object
 from paralela.tasks import Job
 
-__all__ = ["imap", "map"]
+__all__ = ["check_picklable", "choose_backend", "imap", "map"]
 
 R = TypeVar("R")
 OnError = Literal["raise", "collect"]
 
 
-def _check_picklable(what: str, obj: Any) -> None:
+def check_picklable(what: str, obj: Any) -> None:
+    """Raise :class:`UnpicklableError` naming ``what`` when ``obj`` cannot be sent to a
+    worker process (cloudpickle fails), with what to do instead."""
     import cloudpickle
 
     try:
@@ -65,7 +67,7 @@ def imap(
     is raised once the input is done. On a backend that packs tasks (Slurm) a generator
     is read into a list first: the number of items decides the size of the chunks.
     """
-    backend_obj, owns_backend = _choose_backend(backend, workers, backend_options)
+    backend_obj, owns_backend = choose_backend(backend, workers, backend_options)
     if on_error not in ("raise", "collect"):
         raise ConfigError(f"on_error must be 'raise' or 'collect', got {on_error!r}.")
     n_retries = resolve("retries", retries, 2)
@@ -81,12 +83,12 @@ def imap(
             f"items must be iterable (a list, range, generator...), got {type(items).__name__}."
         )
     if backend_obj.capabilities.needs_pickling:
-        _check_picklable("function", fn)
+        check_picklable("function", fn)
         if initializer is not None:
-            _check_picklable("initializer", initializer)
-            _check_picklable("initializer arguments", initargs)
+            check_picklable("initializer", initializer)
+            check_picklable("initializer arguments", initargs)
         if shared is not UNSET:
-            _check_picklable("shared object", shared)
+            check_picklable("shared object", shared)
     job = Job(
         fn,
         initializer,
@@ -135,7 +137,7 @@ def imap(
     return MapIterator(plan)
 
 
-def _choose_backend(
+def choose_backend(
     backend: Any, workers: Any, options: Mapping[str, Any] | None
 ) -> tuple[Backend, bool]:
     """The backend a call runs on, and whether it was made for this call alone.

@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from paralela._config import UNSET, resolve
-from paralela._output_dir import check_mode
 from paralela.backends import Backend
 from paralela.errors import ConfigError
+from paralela.files import check_mode, parse_size
 from paralela.mapreduce._output import FORMATS
 from paralela.mapreduce._result import MapReduceResult, MapReduceSummary
-from paralela.mapreduce._sizes import parse_size
 
 __all__ = ["DEFAULT_MEMORY_SHARE", "ENGINES", "mapreduce", "parse_size"]
 
@@ -228,6 +227,36 @@ def mapreduce(
     """
     started = time.perf_counter()
     mapper, reducer, combiner, batched = _commands(mapper, reducer, combiner, batched, engine)
+    n_partitions = _check_job(mapper, reducer, combiner, partitions, engine, output_format, inputs)
+    split_size, limit, out_dir = _check_sizes_and_output(
+        split_bytes, memory_limit, output, mode, batched, engine
+    )
+    _check_engine_options(engine, master, spark_conf, backend, backend_options, workers,
+                          memory_limit, run_dir, retries)  # fmt: skip
+    _check_output(out_dir, mode)
+    if engine == "spark":
+        return _run_spark(
+            mapper, reducer, combiner, inputs, n_partitions, master, out_dir, output_format,
+            spark_conf, input_format, encoding, split_size, records_per_split,
+        )  # fmt: skip
+    return _run_local(
+        mapper, reducer, combiner, inputs, n_partitions, workers, backend, backend_options,
+        limit, run_dir, out_dir, output_format, input_format, encoding, split_size,
+        records_per_split, retries, progress, started, batched,
+    )  # fmt: skip
+
+
+def _check_job(
+    mapper: Any,
+    reducer: Any,
+    combiner: Any,
+    partitions: Any,
+    engine: str,
+    output_format: str,
+    inputs: Any,
+) -> int | None:
+    """Check the functions, ``partitions``, ``engine``, ``output_format`` and the kind
+    of ``inputs``; the number of partitions (``None``: the default)."""
     _check_function("mapper", mapper)
     _check_function("reducer", reducer)
     _check_function("combiner", combiner, optional=True)
@@ -243,7 +272,20 @@ def mapreduce(
             f"inputs must be a path, a glob, a list of them, or an iterable of records; "
             f"got {type(inputs).__name__}."
         )
-    from paralela.mapreduce._inputs import parse_split_bytes
+    return n_partitions
+
+
+def _check_sizes_and_output(
+    split_bytes: int | str,
+    memory_limit: int | str | None,
+    output: str | os.PathLike[str] | None,
+    mode: str,
+    batched: Any,
+    engine: str,
+) -> tuple[int, int | None, Path | None]:
+    """``split_bytes`` and ``memory_limit`` in bytes and ``output`` as a path, once
+    ``mode`` and ``batched`` are checked too."""
+    from paralela.files import parse_split_bytes
 
     split_size = parse_split_bytes(split_bytes)
     limit = None if memory_limit is None else parse_size(memory_limit)
@@ -256,36 +298,42 @@ def mapreduce(
             "batched=True runs on the local engine only; on Spark, give a mapper of one "
             "record (Spark combines each partition's pairs itself)."
         )
-    if engine == "spark":
-        local_only = {
-            "backend": backend is not UNSET,
-            "backend_options": bool(backend_options),
-            "workers": workers is not UNSET,
-            "memory_limit": memory_limit is not None,
-            "run_dir": run_dir is not None,
-            "retries": retries is not UNSET,
-        }
-        given = [name for name, is_given in local_only.items() if is_given]
-        if given:
-            raise ConfigError(
-                f"{', '.join(f'{n}=' for n in given)} belong to the local engine; with "
-                "engine='spark' the cluster is chosen by master= ('local[4]' for 4 cores "
-                "here) and tuned by spark_conf= (e.g. spark.executor.memory, "
-                "spark.task.maxFailures); Spark recomputes lost tasks itself."
-            )
-        _check_output(out_dir, mode)
-        return _run_spark(
-            mapper, reducer, combiner, inputs, n_partitions, master, out_dir, output_format,
-            spark_conf, input_format, encoding, split_size, records_per_split,
-        )  # fmt: skip
-    if master is not None or spark_conf:
-        raise ConfigError("master= and spark_conf= are options of engine='spark'.")
-    _check_output(out_dir, mode)
-    return _run_local(
-        mapper, reducer, combiner, inputs, n_partitions, workers, backend, backend_options,
-        limit, run_dir, out_dir, output_format, input_format, encoding, split_size,
-        records_per_split, retries, progress, started, batched,
-    )  # fmt: skip
+    return split_size, limit, out_dir
+
+
+def _check_engine_options(
+    engine: str,
+    master: str | None,
+    spark_conf: Mapping[str, str] | None,
+    backend: Any,
+    backend_options: Mapping[str, Any] | None,
+    workers: Any,
+    memory_limit: int | str | None,
+    run_dir: str | os.PathLike[str] | None,
+    retries: Any,
+) -> None:
+    """Refuse the options of the other engine: the local engine's on Spark, Spark's
+    on the local engine."""
+    if engine != "spark":
+        if master is not None or spark_conf:
+            raise ConfigError("master= and spark_conf= are options of engine='spark'.")
+        return
+    local_only = {
+        "backend": backend is not UNSET,
+        "backend_options": bool(backend_options),
+        "workers": workers is not UNSET,
+        "memory_limit": memory_limit is not None,
+        "run_dir": run_dir is not None,
+        "retries": retries is not UNSET,
+    }
+    given = [name for name, is_given in local_only.items() if is_given]
+    if given:
+        raise ConfigError(
+            f"{', '.join(f'{n}=' for n in given)} belong to the local engine; with "
+            "engine='spark' the cluster is chosen by master= ('local[4]' for 4 cores "
+            "here) and tuned by spark_conf= (e.g. spark.executor.memory, "
+            "spark.task.maxFailures); Spark recomputes lost tasks itself."
+        )
 
 
 def _check_output(output: Path | None, mode: str) -> None:
@@ -307,7 +355,7 @@ def _plan(
 ) -> Iterator[Any]:
     """The splits: files are planned now (missing ones raise here), an iterable of
     records lazily, one split at a time as the map phase pulls them."""
-    from paralela.mapreduce._inputs import plan_splits
+    from paralela.files import plan_splits
 
     return plan_splits(
         inputs,
@@ -341,11 +389,11 @@ def _run_local(
     started: float,
     batched: bool,
 ) -> MapReduceResult:
-    from paralela.mapping._api import _check_picklable, _choose_backend
+    from paralela.files import group_splits
+    from paralela.mapping import check_picklable, choose_backend
     from paralela.mapreduce._engine import LocalJob, require_shared_run_dir, run_local
-    from paralela.mapreduce._inputs import group_splits
 
-    backend_obj, owns = _choose_backend(backend, workers, backend_options)
+    backend_obj, owns = choose_backend(backend, workers, backend_options)
     try:
         n_workers = backend_obj.effective_workers()
         run_path = None if run_dir is None else Path(run_dir)
@@ -353,7 +401,7 @@ def _run_local(
         if backend_obj.capabilities.needs_pickling:
             for name, fn in (("mapper", mapper), ("reducer", reducer), ("combiner", combiner)):
                 if fn is not None:
-                    _check_picklable(name, fn)
+                    check_picklable(name, fn)
         if memory_limit is None:
             remote = backend_obj.capabilities.packs_tasks
             memory_limit = DEFAULT_REMOTE_MEMORY if remote else default_memory_limit(n_workers)

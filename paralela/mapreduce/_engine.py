@@ -177,7 +177,7 @@ def run_local(job: LocalJob) -> MapReduceResult:
     On Ctrl-C or an error, the tasks in flight are stopped and the temporary directory
     is removed; a ``run_dir`` keeps what finished, for the next run to resume.
     """
-    from paralela.mapreduce._inputs import input_identity
+    from paralela.files import input_identity
 
     summary = job.summary
     t0 = time.perf_counter()

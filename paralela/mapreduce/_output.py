@@ -7,7 +7,7 @@ reads them back.
                       temp file next to the target ──fsync──> rename: part-00003.<ext>
     driver     ──> write_success(directory, parts)   _SUCCESS: JSON list of parts, last
 
-An ``output=`` directory is checked, claimed and finished by ``paralela._output_dir``:
+An ``output=`` directory is checked, claimed and finished by ``paralela.files``:
 only the files paralela recorded there as its own are ever replaced or removed.
     result     ──> read_part(part)  (again on every iteration; nothing kept in memory)
 
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from paralela import _output_dir
+from paralela import files
 from paralela._files import replacing
-from paralela._output_dir import SUCCESS_NAME, temp_prefix
 from paralela.errors import MapReduceError, MissingExtraError, UserFunctionError
+from paralela.files import SUCCESS_NAME, temp_prefix
 from paralela.tasks import short_repr
 
 __all__ = [
@@ -308,14 +308,14 @@ def write_success(directory: str | os.PathLike[str], parts: list[Part]) -> None:
         "format": parts[0].format if parts else None,
         "pairs": sum(p.pairs for p in parts),
     }
-    _output_dir.finish_output_dir(directory, [Path(p.path).name for p in parts], data)
+    files.finish_output_dir(directory, [Path(p.path).name for p in parts], data)
 
 
 def remove_stale_parts(directory: str | os.PathLike[str], keep: Iterable[str]) -> None:
     """Remove the files a former run of paralela's left in the output ``directory`` that
     this run did not write (it had more partitions, or another format); only files
     paralela recorded there as its own, whatever their names."""
-    _output_dir.remove_stale(directory, [Path(p).name for p in keep])
+    files.remove_stale(directory, [Path(p).name for p in keep])
 
 
 def remove_temporaries(directory: str | os.PathLike[str]) -> None:
@@ -332,7 +332,7 @@ def remove_temporaries(directory: str | os.PathLike[str]) -> None:
 def remove_own_temporaries(directory: str | os.PathLike[str]) -> None:
     """Remove the temp files paralela made in the output ``directory`` (their names carry
     the token it recorded there), never anyone else's."""
-    _output_dir.remove_own_temporaries(directory)
+    files.remove_own_temporaries(directory)
 
 
 def check_output_dir(directory: str | os.PathLike[str], mode: str = "errorifexists") -> Path:
@@ -343,10 +343,10 @@ def check_output_dir(directory: str | os.PathLike[str], mode: str = "errorifexis
         ConfigError: ``directory`` is a file, or holds files paralela did not write
             (names a few) and ``mode`` is ``"errorifexists"``.
     """
-    return _output_dir.check_output_dir(directory, mode)
+    return files.check_output_dir(directory, mode)
 
 
 def claim_output_dir(directory: str | os.PathLike[str], partitions: int, fmt: str) -> None:
     """Record in ``directory`` that this job writes ``partitions`` parts in ``fmt`` (see
-    :func:`paralela._output_dir.claim_output_dir`), before the first is written."""
-    _output_dir.claim_output_dir(directory, [part_name(p, fmt) for p in range(partitions)])
+    :func:`paralela.files.claim_output_dir`), before the first is written."""
+    files.claim_output_dir(directory, [part_name(p, fmt) for p in range(partitions)])

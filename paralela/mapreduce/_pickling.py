@@ -101,7 +101,7 @@ def _first_unpicklable(
     """``(where, "at WHERE, record R", key, value, "key" or "value", the pickling error)``
     for the first record of ``splits`` (a batch, for a batched mapper) whose pairs hold a
     key or value that does not pickle; None when every pair pickles."""
-    from paralela.mapreduce._inputs import locate, read_split_batches
+    from paralela.files import locate, read_split_batches
 
     for split in splits:
         done = 0

@@ -205,7 +205,7 @@ def _spread(splits: list[Any], cores: int) -> list[Any]:
     fmt, encoding = kinds.pop()
     if fmt not in ("text", "jsonl", "parquet"):
         return splits
-    from paralela.mapreduce._inputs import plan_splits
+    from paralela.files import plan_splits
 
     paths = list(dict.fromkeys(s.path for s in splits))
     biggest = max(s.size for s in splits)  # within split_bytes, which is not known here

@@ -157,7 +157,7 @@ def map_partition(
 def _map_split(job: SparkJob, split: Any, counters: Counters) -> Iterator[tuple[Any, Any]]:
     """One split through the mapper (and the combiner); the errors as the local engine's
     map task words them (:mod:`._tasks`), shipped to the driver."""
-    from paralela.mapreduce._inputs import locate, read_split
+    from paralela.files import locate, read_split
 
     mapper, combiner = job.mapper, job.combiner
     pair: Any = None
@@ -285,7 +285,7 @@ def _pair_problem(item: Any) -> str | None:
 
 
 def _mapper_error(exc: BaseException, split: Any, index: int, record: Any) -> UserFunctionError:
-    from paralela.mapreduce._inputs import locate
+    from paralela.files import locate
 
     if index == -1:  # raised before the first record: reading the split failed
         where = split.describe()

@@ -154,7 +154,7 @@ def describe(splits: tuple[Any, ...]) -> str:
 
 def _map_split(job: MapJob, split: Any, out: Any) -> int:
     """Add the pairs of every record of ``split`` to ``out``; the records read."""
-    from paralela.mapreduce._inputs import read_split_batches
+    from paralela.files import read_split_batches
 
     mapper = job.mapper
     add_all = out.add_all
@@ -233,7 +233,7 @@ _BLOCK_FORMATS = ("text", "jsonl", "csv")  # batches of ~1 MiB; Parquet's are al
 
 def batch_blocks(memory_limit: int) -> int:
     """How many 1 MiB blocks of lines a batched mapper gets at once under ``memory_limit``."""
-    from paralela.mapreduce._formats import BLOCK_BYTES
+    from paralela.files import BLOCK_BYTES
 
     return max(1, min(MAX_BATCH_BYTES, memory_limit // BATCH_SHARE) // BLOCK_BYTES)
 
@@ -256,7 +256,7 @@ def _map_batched(job: MapJob, split: Any, out: Any) -> int:
     """:func:`_map_split` for a mapper of whole batches of records (``batched=True``):
     one call per batch (up to 16 MiB of lines, see BATCH_SHARE), so a mapper can count
     with C code (``Counter``) and hand over one pair per distinct key, not one per token."""
-    from paralela.mapreduce._inputs import locate, read_split_batches
+    from paralela.files import locate, read_split_batches
 
     done = 0
     batch: list[Any] = []
@@ -312,7 +312,7 @@ def _map_failure(
     """The error to raise for ``exc`` in a map task, ``index`` its record in the split
     (``-1``: after the last record, while the last spill was written; ``task`` then says
     what the task covers, default the split)."""
-    from paralela.mapreduce._inputs import locate
+    from paralela.files import locate
 
     if isinstance(exc, UserFunctionError):
         if exc.function == "combiner" or index < 0:  # no record to blame: say which split
@@ -343,7 +343,7 @@ def _under(filename: Any, directory: str) -> bool:
 
 
 def _mapper_error(exc: BaseException, split: Any, index: int, record: Any) -> UserFunctionError:
-    from paralela.mapreduce._inputs import locate
+    from paralela.files import locate
 
     if index < 0:  # raised before the first record: reading the split failed
         where = split.describe()

@@ -184,14 +184,15 @@ def predict(
     On Ctrl-C or an error, the shards in flight are stopped (their workers killed) and
     their temporary files removed; finished shards stay in ``run_dir`` for the next call.
     """
-    from paralela._output_dir import (
+    from paralela.files import (
         check_mode,
         check_output_dir,
         claim_output_dir,
+        parse_split_bytes,
+        plan_splits,
         remove_own_temporaries,
     )
     from paralela.mapping import imap
-    from paralela.mapreduce._inputs import parse_split_bytes, plan_splits
 
     started = time.perf_counter()
     check_model(model)
@@ -340,7 +341,7 @@ def _open_run_dir(
     """
     if run_dir is None:
         return None, None
-    from paralela.mapreduce._inputs import input_identity
+    from paralela.files import input_identity
     from paralela.runs import RunStore, describe_changes, digest_bytes, fingerprint_function
 
     path = Path(run_dir)
@@ -390,7 +391,7 @@ def _finish(
     workers: int,
     started: float,
 ) -> PredictResult:
-    from paralela._output_dir import remove_own_temporaries, remove_stale
+    from paralela.files import remove_own_temporaries, remove_stale
     from paralela.serving._predict_output import type_empty_parts, write_success
 
     fmt = job.fmt

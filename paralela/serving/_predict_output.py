@@ -8,7 +8,7 @@
     driver:  every shard done ──> empty Parquet parts typed like the others, stale parts of
                a former run removed, _SUCCESS (JSON: format, records, each part's source)
 
-The output directory is checked, claimed and finished by ``paralela._output_dir``: only
+The output directory is checked, claimed and finished by ``paralela.files``: only
 the files paralela recorded there as its own are ever replaced or removed.
 
 A row holds ``shard`` (the part's number: the shard it was read from), ``row`` (the
@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from paralela._output_dir import finish_output_dir, temp_prefix
 from paralela.errors import MissingExtraError
+from paralela.files import finish_output_dir, temp_prefix
 from paralela.serving._model import ModelError
 from paralela.tasks import short_repr
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paralela.errors import InputError
-from paralela.mapreduce._inputs import Split, locate, read_split_batches
+from paralela.files import Split, locate, read_split_batches
 from paralela.serving._model import LoadedModel, ModelError
 from paralela.serving._predict_output import ShardWriter, part_path
 from paralela.tasks import carry as _failed
@@ -181,7 +181,7 @@ def predict_shard(job: PredictJob, split: Split) -> ShardResult:
             shard cannot be read (an :class:`InputError` naming the file and line).
     """
     from paralela._files import replacing
-    from paralela._output_dir import temp_prefix
+    from paralela.files import temp_prefix
 
     started = time.perf_counter()
     try:

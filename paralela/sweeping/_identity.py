@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paralela._output_dir import refuse_others_outputs
 from paralela.errors import ConfigError
+from paralela.files import refuse_others_outputs
 from paralela.space import Space
 
 __all__ = ["SweepIdentity", "check_identity", "check_run_dir", "identify"]

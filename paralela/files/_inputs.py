@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paralela.errors import ConfigError, InputError, UnpicklableError
-from paralela.mapreduce._formats import (
+from paralela.files._formats import (
     csv_rows,
     display,
     first_line_start,
@@ -130,7 +130,7 @@ def parse_split_bytes(value: int | str) -> int:
     Raises:
         ConfigError: not a size, or negative.
     """
-    from paralela.mapreduce._sizes import parse_bytes
+    from paralela.files._sizes import parse_bytes
 
     size = parse_bytes(value, "split_bytes")
     if size < 0:

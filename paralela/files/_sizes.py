@@ -2,7 +2,7 @@
 
 ``parse_size`` takes positive sizes (memory limits, request bodies); ``split_bytes`` of
 ``mapreduce`` and ``predict`` also takes ``0`` (one split per file), through
-:func:`paralela.mapreduce._inputs.parse_split_bytes`, which both call.
+:func:`paralela.files.parse_split_bytes`, which both call.
 """
 
 from __future__ import annotations

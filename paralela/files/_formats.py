@@ -17,7 +17,7 @@ first byte is before ``end``, and finishes the last one past ``end``. So a line 
 than a split is read once, by the split where it starts.
 
 Nothing counts lines while reading: a line number is computed only for an error or for
-:func:`paralela.mapreduce._inputs.locate`, by counting ``b"\\n"`` before the offset.
+:func:`paralela.files.locate`, by counting ``b"\\n"`` before the offset.
 Every failure to read is an :class:`~paralela.errors.InputError` naming the file, and the
 line when there is one.
 """
@@ -37,7 +37,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from paralela.errors import InputError, MissingExtraError
 
 if TYPE_CHECKING:
-    from paralela.mapreduce._inputs import Split
+    from paralela.files._inputs import Split
 
 __all__ = [
     "BLOCK_BYTES",
