@@ -184,15 +184,7 @@ def predict(
     On Ctrl-C or an error, the shards in flight are stopped (their workers killed) and
     their temporary files removed; finished shards stay in ``run_dir`` for the next call.
     """
-    from paralela.files import (
-        check_mode,
-        check_output_dir,
-        claim_output_dir,
-        parse_split_bytes,
-        plan_splits,
-        remove_own_temporaries,
-    )
-    from paralela.mapping import imap
+    from paralela.files import check_mode, parse_split_bytes
 
     started = time.perf_counter()
     check_model(model)
@@ -200,6 +192,27 @@ def predict(
     _check_options(batch_size, output_format, keep_input, workers_per_gpu)
     check_mode(mode)
     split_size = parse_split_bytes(split_bytes)  # 0: one shard per file
+    backend_name, n_workers = _resolve_backend(backend, workers, gpus, workers_per_gpu)
+    out = Path(output)
+    backend_obj, owns, device = _backend(backend_name, n_workers, backend_options, gpus,
+                                         workers_per_gpu)  # fmt: skip
+    try:
+        effective = backend_obj.effective_workers()
+        splits = _plan(inputs, input_format, split_size, effective, records_per_split, encoding)
+        _claim_output(out, mode, output_format, splits)
+        job = PredictJob(model, uuid.uuid4().hex, batch_size, str(out.resolve()),
+                         output_format, keep_input, device)  # fmt: skip
+        store, key = _open_run_dir(run_dir, name, model, splits, job)
+        iterator = _shards(job, splits, backend_obj, retries, store, key, progress)
+        results = _collect(iterator, out)
+        return _finish(out, job, name, results, iterator.summary, effective, started)
+    finally:
+        _release(backend_obj, owns, device)
+
+
+def _resolve_backend(backend: Any, workers: Any, gpus: Any, per_gpu: int) -> tuple[str, Any]:
+    """The backend's name and the workers asked for (argument, config, environment),
+    checked: predict runs on processes, sequential or Slurm; GPUs are this machine's."""
     backend_name = resolve("backend", backend, "processes")
     if backend_name not in BACKENDS:
         raise ConfigError(
@@ -208,73 +221,110 @@ def predict(
             "share one)."
         )
     n_workers = resolve("workers", workers, None)
-    if backend_name != "processes" and (gpus is not None or workers_per_gpu != 1):
+    if backend_name != "processes" and (gpus is not None or per_gpu != 1):
         raise ConfigError(
             "gpus= and workers_per_gpu= choose this machine's GPUs (backend='processes'); "
             "on Slurm ask for GPUs with backend_options={'gpus_per_task': N}."
         )
-    out = Path(output)
-    backend_obj, owns, device = _backend(backend_name, n_workers, backend_options, gpus,
-                                         workers_per_gpu)  # fmt: skip
-    try:
-        effective = backend_obj.effective_workers()
-        splits = list(
-            plan_splits(
-                inputs,
-                format=input_format,
-                split_bytes=split_size,
-                min_splits=SHARDS_PER_WORKER * effective,
-                records_per_split=records_per_split,
-                encoding=encoding,
-                min_split_bytes=min(MIN_SHARD_BYTES, split_size),
-            )
-        )
-        check_output_dir(out, mode)  # before any shard runs
-        # Lists the parts as paralela's before the first is written (a rerun after a
-        # crash knows them); removes a former _SUCCESS, which must not vouch for them.
-        claim_output_dir(out, [part_path(out, s.index, output_format).name for s in splits])
-        job = PredictJob(model, uuid.uuid4().hex, batch_size, str(out.resolve()),
-                         output_format, keep_input, device)  # fmt: skip
-        store, key = _open_run_dir(run_dir, name, model, splits, job)
-        task = functools.partial(predict_shard, job)
-        task.__name__ = "shards"  # type: ignore[attr-defined]  # the progress bar's label
-        iterator = imap(
-            task,
-            splits,
-            backend=backend_obj,
-            chunksize=1,
-            ordered=False,
-            retries=retries,
-            run_dir=store,
-            fingerprint=key,
-            progress=progress,
-        )
-        results: list[ShardResult] = []
-        try:
-            try:
-                for shard in iterator:
-                    results.append(shard)
-            except BaseException:  # the shards in flight were stopped on the way out
-                remove_own_temporaries(out)  # parts whose writing was cut short
-                raise
-        except TaskFailed as failed:
-            raise failed.reraise()  # noqa: B904  (its cause is the user's exception)
-        except WorkerDiedError as died:
-            add_note(
-                died,
-                "paralela: an item here is a shard (item N: part-N); its worker died each "
-                "time it ran it. Look for a record that needs more memory than a worker has, "
-                "or lower batch_size.",
-            )
-            raise
-        return _finish(out, job, name, results, iterator.summary, effective, started)
-    finally:
-        if owns:
-            backend_obj.shutdown(wait=False, cancel_futures=True)
-        if device is not None:
-            from paralela.serving._predict_task import release_model
+    return backend_name, n_workers
 
-            release_model()
+
+def _plan(
+    inputs: Any,
+    input_format: str | None,
+    split_size: int,
+    workers: int,
+    records_per_split: int,
+    encoding: str,
+) -> list[Any]:
+    """The shards: at least ``SHARDS_PER_WORKER`` per worker where the input allows."""
+    from paralela.files import plan_splits
+
+    return list(
+        plan_splits(
+            inputs,
+            format=input_format,
+            split_bytes=split_size,
+            min_splits=SHARDS_PER_WORKER * workers,
+            records_per_split=records_per_split,
+            encoding=encoding,
+            min_split_bytes=min(MIN_SHARD_BYTES, split_size),
+        )
+    )
+
+
+def _claim_output(out: Path, mode: str, fmt: str, splits: list[Any]) -> None:
+    """Before any shard runs: refuse (or empty) an ``out`` holding others' files, and
+    list the parts as paralela's before the first is written (a rerun after a crash
+    knows them); a former _SUCCESS, which must not vouch for them, is removed."""
+    from paralela.files import check_output_dir, claim_output_dir
+
+    check_output_dir(out, mode)
+    claim_output_dir(out, [part_path(out, s.index, fmt).name for s in splits])
+
+
+def _shards(
+    job: PredictJob,
+    splits: list[Any],
+    backend: Backend,
+    retries: Any,
+    store: Any,
+    key: Any,
+    progress: Any,
+) -> Any:
+    """The map over the shards, unordered, one shard a chunk, resumable through ``store``."""
+    from paralela.mapping import imap
+
+    task = functools.partial(predict_shard, job)
+    task.__name__ = "shards"  # type: ignore[attr-defined]  # the progress bar's label
+    return imap(
+        task,
+        splits,
+        backend=backend,
+        chunksize=1,
+        ordered=False,
+        retries=retries,
+        run_dir=store,
+        fingerprint=key,
+        progress=progress,
+    )
+
+
+def _collect(iterator: Any, out: Path) -> list[ShardResult]:
+    """Every shard's result. On the way out of an error (the shards in flight were
+    stopped) the parts whose writing was cut short are removed; a failed shard raises
+    the user's own exception, a worker that died is a WorkerDiedError with a hint."""
+    from paralela.files import remove_own_temporaries
+
+    results: list[ShardResult] = []
+    try:
+        try:
+            for shard in iterator:
+                results.append(shard)
+        except BaseException:  # the shards in flight were stopped on the way out
+            remove_own_temporaries(out)  # parts whose writing was cut short
+            raise
+    except TaskFailed as failed:
+        raise failed.reraise()  # noqa: B904  (its cause is the user's exception)
+    except WorkerDiedError as died:
+        add_note(
+            died,
+            "paralela: an item here is a shard (item N: part-N); its worker died each "
+            "time it ran it. Look for a record that needs more memory than a worker has, "
+            "or lower batch_size.",
+        )
+        raise
+    return results
+
+
+def _release(backend: Backend, owns: bool, device: str | None) -> None:
+    """Stop a backend made for this call; free the model a sequential run built here."""
+    if owns:
+        backend.shutdown(wait=False, cancel_futures=True)
+    if device is not None:
+        from paralela.serving._predict_task import release_model
+
+        release_model()
 
 
 def _check_options(batch_size: Any, fmt: Any, keep_input: Any, per_gpu: Any) -> None:
