@@ -423,7 +423,7 @@ def test_journal_storage(tmp_path: Path) -> None:
     assert result.storage == f"journal:{journal}"
     assert [t.state for t in result.trials] == ["COMPLETE"] * 3
     assert not (tmp_path / "run" / "study.db").exists()
-    from paralela.sweeping._study import open_storage
+    from paralela.studies import open_storage
 
     study = optuna.load_study(study_name=result.study_name, storage=open_storage(result.storage))
     assert [t.value for t in study.trials] == [t.value for t in result.trials]

@@ -16,7 +16,7 @@ from disk_helpers import fill, mount_tmpfs, unmount
 from sweep_helpers import command, write_script
 
 from paralela.cli._errors import EXIT_FAILED
-from paralela.sweeping._disk import storage_problem
+from paralela.studies import storage_problem
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,9 +23,8 @@ from optuna.trial import TrialState
 from sweep_helpers import reporting
 
 import paralela
-from paralela.sweeping import _study
+from paralela.studies import _study, alembic_head, open_storage
 from paralela.sweeping._cache import DriverStorage
-from paralela.sweeping._study import alembic_head, open_storage
 
 pytestmark = pytest.mark.timeout(60)
 

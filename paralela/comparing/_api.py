@@ -27,7 +27,7 @@ from paralela.comparing._checks import (
 from paralela.comparing._results import check_completed, record_of, result_of
 from paralela.comparing._store import comparison_identity, open_study
 from paralela.errors import add_note
-from paralela.sweeping._disk import storage_errors
+from paralela.studies import storage_errors
 
 if TYPE_CHECKING:
     from paralela.comparing._candidates import Candidate

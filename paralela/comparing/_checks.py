@@ -199,9 +199,9 @@ def first_candidate(family: Family) -> dict[str, Any]:
 
     if is_finite(family.space):
         return family_grid(family.space)[0]
-    from paralela.sweeping._study import _optuna
+    from paralela.studies import import_optuna
 
-    optuna = _optuna()
+    optuna = import_optuna()
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     return plain_params({**family.space.fixed(), **family.space.sample(study.ask())})
 
@@ -308,9 +308,9 @@ def pruning(pruner: Any, halving: bool) -> tuple[bool, Any]:
             raise ConfigError(
                 f"halving=True and pruner={pruner!r} both stop candidates; choose one."
             )
-        from paralela.sweeping._study import _optuna, make_pruner
+        from paralela.studies import import_optuna, make_pruner
 
-        optuna = _optuna()
+        optuna = import_optuna()
         if key == "median":
             return False, optuna.pruners.MedianPruner(
                 n_startup_trials=MEDIAN_STARTUP, n_warmup_steps=0

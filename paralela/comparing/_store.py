@@ -260,15 +260,15 @@ def open_study(
 ) -> tuple[Any, Any]:
     from optuna.trial import TrialState
 
-    from paralela.sweeping._study import (
-        _optuna,
+    from paralela.studies import (
         choose_storage,
+        import_optuna,
         make_sampler,
         open_storage,
         recover_interrupted,
     )
 
-    optuna = _optuna()
+    optuna = import_optuna()
     if grid or sampler is None:
         sampler_obj = make_sampler("random" if grid else "tpe", seed=seed, grid=None)
     elif isinstance(sampler, str):

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from paralela.sweeping._study import DRIVER_ATTR, driver_identity
+from paralela.studies import DRIVER_ATTR, driver_identity
 
 if TYPE_CHECKING:
     from paralela.sweeping._budget import SharedBudget

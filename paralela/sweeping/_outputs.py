@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paralela.studies import INTERRUPTED_ATTR, UNUSED_ATTR
 from paralela.sweeping._results import SweepResult, TrialRecord
-from paralela.sweeping._study import INTERRUPTED_ATTR, UNUSED_ATTR
 
 __all__ = ["records_from_study", "save_plots", "write_outputs"]
 

@@ -20,10 +20,17 @@ from paralela._files import locked
 from paralela.errors import ConfigError, MissingExtraError
 
 __all__ = [
+    "DRIVER_ATTR",
+    "INTERRUPTED_ATTR",
     "PRUNERS",
+    "RERUN_ATTR",
     "SAMPLERS",
+    "UNUSED_ATTR",
     "StorageChoice",
+    "alembic_head",
     "choose_storage",
+    "driver_identity",
+    "import_optuna",
     "make_pruner",
     "make_sampler",
     "open_storage",
@@ -40,7 +47,8 @@ SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "nsga2", "nsga3", "qmc")
 PRUNERS = ("none", "median", "percentile", "halving", "hyperband")
 
 
-def _optuna() -> Any:
+def import_optuna() -> Any:
+    """Optuna, its logging quieted to warnings; a missing extra names ``paralela[sweep]``."""
     try:
         import optuna
     except ImportError as exc:
@@ -111,7 +119,7 @@ def open_storage(spec: str, *, checked: bool = False, wal: bool = False) -> Any:
     does it for its own database in the run directory, never for a database the user
     named. The mode stays with the file: the workers' connections use it too.
     """
-    optuna = _optuna()
+    optuna = import_optuna()
     if spec.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend
 
@@ -219,7 +227,7 @@ def _create_sqlite(spec: str, connect_args: dict[str, Any]) -> None:
 
 def make_sampler(name: str, *, seed: int | None, grid: dict[str, list[Any]] | None) -> Any:
     """An Optuna sampler by name; see :data:`SAMPLERS`."""
-    optuna = _optuna()
+    optuna = import_optuna()
     key = name.lower().replace("-", "").replace("_", "")
     if key == "tpe":
         return optuna.samplers.TPESampler(seed=seed)
@@ -255,7 +263,7 @@ def _need(module: str, purpose: str) -> None:
 
 def make_pruner(name: str | None) -> Any:
     """An Optuna pruner by name; see :data:`PRUNERS`."""
-    optuna = _optuna()
+    optuna = import_optuna()
     key = (name or "none").lower().replace("-", "_")
     if key in ("none", "nop"):
         return optuna.pruners.NopPruner()
@@ -293,7 +301,7 @@ def recover_interrupted(study: Any) -> list[int]:
     Returns the numbers of the trials recovered. A trial whose driver runs on another
     host is left alone: that driver (or its restart) owns it.
     """
-    _optuna()
+    import_optuna()
     from optuna.trial import TrialState
 
     recovered = []
