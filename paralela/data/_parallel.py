@@ -155,8 +155,9 @@ def timed_chunk(fn: Callable[[Any], Any], elements: list[Any], process: bool) ->
     """``fn`` over ``elements`` (in a worker): the results, the CPU and wall time they took,
     and, when one raised, its index, the exception and its formatted traceback (the
     results before it are kept)."""
-    import pickle
     import traceback
+
+    from paralela.tasks import exception_bytes
 
     clock = time.process_time if process else time.thread_time
     cpu, wall = clock(), time.perf_counter()
@@ -167,11 +168,9 @@ def timed_chunk(fn: Callable[[Any], Any], elements: list[Any], process: bool) ->
             results.append(fn(element))
         except Exception as exc:
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            if process:
-                try:
-                    pickle.loads(pickle.dumps(exc))
-                except Exception:  # an exception that does not travel: its type and text
-                    exc = RuntimeError(f"{type(exc).__qualname__}: {exc}")
+            if process and exception_bytes(exc) is None:
+                # an exception that does not travel: its type and text
+                exc = RuntimeError(f"{type(exc).__qualname__}: {exc}")
             failure = (index, exc, tb)
             break
     return results, clock() - cpu, time.perf_counter() - wall, failure
