@@ -11,6 +11,7 @@ import typer
 
 from paralela.cli._app import app
 from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, handling_errors
+from paralela.cli._options import run_dir_option, workers_option
 from paralela.errors import ConfigError, MissingExtraError
 
 # A step that needs an extra that is not installed: bad usage (install it, or skip the
@@ -49,13 +50,7 @@ def demo(
     ] = None,
     workers: Annotated[
         int | None,
-        typer.Option(
-            "--workers",
-            "-w",
-            min=1,
-            help="Worker processes for the parallel run. Default: every usable CPU.",
-            show_default=False,
-        ),
+        workers_option("Worker processes for the parallel run. Default: every usable CPU."),
     ] = None,
     trials: Annotated[
         int,
@@ -103,11 +98,9 @@ def demo(
     ] = 300,
     run_dir: Annotated[
         Path | None,
-        typer.Option(
-            "--run-dir",
-            help="Where the steps keep their runs and the report goes (a new directory). "
-            "Default: paralela-runs/demo-<time>.",
-            show_default=False,
+        run_dir_option(
+            "Where the steps keep their runs and the report goes (a new directory). "
+            "Default: paralela-runs/demo-<time>."
         ),
     ] = None,
 ) -> None:
