@@ -128,8 +128,7 @@ def compare_command(
     progress: Annotated[bool | None, progress_option("a line per candidate")] = None,
     json_out: Annotated[bool, json_option("Print compare.json on stdout.")] = False,
 ) -> None:
-    from paralela.comparing._data import is_classification, load_table
-    from paralela.comparing._families import DEFAULT_SEED, families_from
+    from paralela.comparing import DEFAULT_SEED, families_from, is_classification, load_table
 
     if pruner.lower() not in PRUNERS:
         fail(f"unknown --pruner {pruner!r}; valid pruners are: {', '.join(PRUNERS)}.", EXIT_USAGE)

@@ -1,5 +1,5 @@
 """``paralela sweep --backend slurm``: the command line of the sweep to run in the job,
-rebuilt from what was given here, then :func:`paralela.sweeping._slurm.submit_sweep`.
+rebuilt from what was given here, then :func:`paralela.sweeping.submit_sweep`.
 
 Only options given on the command line are passed on (defaults stay the job's
 defaults); the Slurm options stay here; ``--study`` and ``--run-dir`` are computed
@@ -95,8 +95,7 @@ def submit(
     """Submit the sweep as one Slurm job, stream it, exit with its result."""
     from paralela.cli._launch import slurm_additional_options
     from paralela.space import Space, as_space
-    from paralela.sweeping._identity import identify
-    from paralela.sweeping._slurm import submit_sweep
+    from paralela.sweeping import identify, submit_sweep
 
     params = ctx.params
     if function is None and not command:

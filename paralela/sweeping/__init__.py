@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from paralela.sweeping._api import sweep
     from paralela.sweeping._context import TrialPruned
     from paralela.sweeping._driver import SweepError
+    from paralela.sweeping._identity import identify
     from paralela.sweeping._report import current_params, report
     from paralela.sweeping._results import SweepResult, TrialRecord
+    from paralela.sweeping._slurm import submit_sweep
 
 __all__ = [
     "Categorical",
@@ -41,6 +43,9 @@ __all__ = [
     "load_space",
     "report",
     "sweep",
+    # what `paralela sweep --backend slurm` submits: the sweep as one Slurm job
+    "identify",
+    "submit_sweep",
 ]
 
 _LAZY = {
@@ -51,6 +56,8 @@ _LAZY = {
     "report": "paralela.sweeping._report",
     "SweepResult": "paralela.sweeping._results",
     "TrialRecord": "paralela.sweeping._results",
+    "identify": "paralela.sweeping._identity",
+    "submit_sweep": "paralela.sweeping._slurm",
     **dict.fromkeys(
         ("Categorical", "Choice", "Fixed", "Float", "Grid", "Int", "Space", "load_space"),
         "paralela.space",
