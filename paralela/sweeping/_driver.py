@@ -25,7 +25,7 @@
     the trials taken and never started, requeue the unfinished ones, shut the backend
 
 Trials left RUNNING by a driver that died are failed and queued again on the next run
-(see ``_study.recover_interrupted``); finished trials are never run again. The command
+(see ``paralela.studies.recover_interrupted``); finished trials are never run again. The command
 trials such a driver left running are stopped by its reaper (``_trials.Reaper``), so that
 they do not hold their GPU while the next run re-runs them.
 
