@@ -13,7 +13,8 @@ DataLoader worker) and :func:`to_tf_dataset`.
 """
 
 from paralela.data._inline import default_collate
-from paralela.data._pipeline import Pipeline, PipelineIterator
+from paralela.data._pipeline import Pipeline
+from paralela.data._run import PipelineIterator
 from paralela.data._stats import PipelineStats, StageStats
 
 __all__ = ["Pipeline", "PipelineIterator", "PipelineStats", "StageStats", "default_collate"]

@@ -49,7 +49,7 @@ from paralela.runs import (
 )
 
 if TYPE_CHECKING:
-    from paralela.data._pipeline import _Run, _Step
+    from paralela.data._run import _Run, _Step
 
 __all__ = ["RUN_COLLATE", "Cache", "SourceId", "file_identity", "source_digest"]
 

@@ -29,7 +29,8 @@ import cloudpickle
 
 from paralela.data._cache import Cache, source_digest
 from paralela.data._parallel import _END, Stage
-from paralela.data._pipeline import Pipeline, PipelineIterator, _Run, _Step
+from paralela.data._pipeline import Pipeline
+from paralela.data._run import PipelineIterator, _Run, _Step
 from paralela.data._stats import StageStats
 from paralela.errors import ConfigError, MissingExtraError
 
