@@ -5,7 +5,7 @@ the model once, stream their shards through it and stop when the input is done.
 
     predict(Model, inputs, output=DIR)
       check_model(Model)                         before any worker starts
-      plan_splits(inputs) ──> shards             mapreduce's readers: JSONL, text, CSV,
+      plan_splits(inputs) ──> shards             paralela.files' readers: JSONL, text, CSV,
                                                  Parquet; byte ranges / row groups
       backend: processes ── make_backend(slots=make_slots(...)): one worker per slot,
                │            pinned (CUDA_VISIBLE_DEVICES = its GPU, or "" on CPU slots)
