@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Annotated
@@ -27,6 +28,7 @@ from paralela.cli._options import (
     timeout_min_option,
     workers_option,
 )
+from paralela.cli._sweep_slurm import SLURM_ONLY
 
 SWEEP_HELP = (
     "Search hyperparameters with one trial per GPU (or CPU share), stopping bad trials "
@@ -51,18 +53,6 @@ EPILOG = (
 )
 
 SLURM = "Slurm (--backend slurm)"
-SLURM_ONLY = (
-    "nodes",
-    "gpus_per_node",
-    "cpus_per_task",
-    "mem_gb",
-    "timeout_min",
-    "slurm_partition",
-    "slurm_account",
-    "slurm_qos",
-    "slurm_constraint",
-    "slurm_additional",
-)
 BACKENDS = ("processes", "slurm")
 SLURM_MODES = ("pack", "per-trial")
 
@@ -199,7 +189,8 @@ def sweep(
     if backend == "slurm" and slurm_mode == "pack":
         from paralela.cli._sweep_slurm import submit
 
-        submit(ctx, command, function, study, run_dir, json_out)
+        defaults = {name: p.default for name, p in inspect.signature(sweep).parameters.items()}
+        submit(ctx, command, function, study, run_dir, json_out, defaults)
         return
     per_trial = backend == "slurm"
     given = [n for n in SLURM_ONLY if ctx.params.get(n) not in (None, [], ())]

@@ -8,7 +8,6 @@ here so that this side and the job agree on where the results are.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,9 +16,22 @@ from typing import Any
 import typer
 
 from paralela.cli._errors import EXIT_USAGE, USAGE_OR_FAILED, fail, handling_errors
-from paralela.cli._sweep import SLURM_ONLY as JOB_PARAMS  # the Slurm job's options
 
-__all__ = ["inner_args", "submit", "trial_job_options"]
+__all__ = ["SLURM_ONLY", "inner_args", "submit", "trial_job_options"]
+
+# The Slurm job's options: given to sbatch, not to the sweep inside the job.
+SLURM_ONLY = (
+    "nodes",
+    "gpus_per_node",
+    "cpus_per_task",
+    "mem_gb",
+    "timeout_min",
+    "slurm_partition",
+    "slurm_account",
+    "slurm_qos",
+    "slurm_constraint",
+    "slurm_additional",
+)
 
 # Handled here rather than passed on as given.
 OWN_PARAMS = {"backend", "slurm_mode", "run_dir", "study", "json_out", "space", "function"}
@@ -33,7 +45,7 @@ def inner_args(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[s
     """
     args: list[str] = []
     for name, value in params.items():
-        if name in JOB_PARAMS or name in OWN_PARAMS or value == defaults.get(name):
+        if name in SLURM_ONLY or name in OWN_PARAMS or value == defaults.get(name):
             continue
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
@@ -74,7 +86,7 @@ def trial_job_options(params: Mapping[str, Any]) -> dict[str, Any]:
         fail("a trial's job runs on one node: leave --nodes out (or 1).", EXIT_USAGE)
     options: dict[str, Any] = {
         name: params[name]
-        for name in JOB_PARAMS
+        for name in SLURM_ONLY
         if name != "nodes" and params.get(name) not in (None, [], ())
     }
     if "gpus_per_node" in options:
@@ -91,8 +103,13 @@ def submit(
     study: str | None,
     run_dir: Path | None,
     json_out: bool,
+    defaults: Mapping[str, Any],
 ) -> None:
-    """Submit the sweep as one Slurm job, stream it, exit with its result."""
+    """Submit the sweep as one Slurm job, stream it, exit with its result.
+
+    ``defaults``: the command's own defaults, by parameter name; only options given
+    other values are passed on to the sweep in the job.
+    """
     from paralela.cli._launch import slurm_additional_options
     from paralela.space import Space, as_space
     from paralela.sweeping import identify, submit_sweep
@@ -113,14 +130,11 @@ def submit(
     args = [] if space is None else ["--space", str(space)]
     if function is not None:
         args += ["--function", function]
-    from paralela.cli._sweep import sweep
-
-    defaults = {name: p.default for name, p in inspect.signature(sweep).parameters.items()}
     args += inner_args(params, defaults)
     if command:
         args += ["--", *command]
     options: dict[str, Any] = {
-        name: params[name] for name in JOB_PARAMS if params.get(name) not in (None, [], ())
+        name: params[name] for name in SLURM_ONLY if params.get(name) not in (None, [], ())
     }
     if "slurm_additional" in options:
         options["slurm_additional"] = slurm_additional_options(options["slurm_additional"])

@@ -10,7 +10,8 @@ from paralela._config import UNSET, resolve
 from paralela.backends import LOCAL_POOLS, Backend, get_backend, make_backend, worker_share
 from paralela.errors import ConfigError, MapError, UnpicklableError
 from paralela.mapping._chunking import FixedChunker, make_chunker
-from paralela.mapping._engine import MapIterator, Plan
+from paralela.mapping._engine import MapIterator, Packing, Plan
+from paralela.mapping._packed import remove_finished_pieces, run_packed
 from paralela.mapping._progress import make_progress
 from paralela.mapping._summary import Results
 from paralela.runs import RunStore, fingerprint_function, fingerprint_object
@@ -130,8 +131,9 @@ def imap(
             {"kind": "map", "function_name": getattr(fn, "__qualname__", repr(fn)), "items": total},
         )
     bar = make_progress(resolve("progress", progress, None), total, getattr(fn, "__name__", "map"))
+    packing = Packing(run_packed, remove_finished_pieces) if packed else None
     plan = Plan(
-        backend_obj, job, items, total, chunker, ordered, n_retries, store, bar, packed,
+        backend_obj, job, items, total, chunker, ordered, n_retries, store, bar, packing,
         owns_backend,
     )  # fmt: skip
     return MapIterator(plan)

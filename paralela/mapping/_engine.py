@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, TypeVar
@@ -54,17 +54,27 @@ from paralela.errors import (
     add_note,
 )
 from paralela.mapping._chunking import Chunker
-from paralela.mapping._packed import remove_finished_pieces, run_packed
 from paralela.mapping._progress import NullProgress
 from paralela.mapping._summary import ChunkTiming, MapSummary, record_timings
 from paralela.runs import ChunkRecord, RunStore, StoredChunk, digest_items
 from paralela.tasks import ChunkOutcome, ItemFailure, Job, run_chunk, short_repr
 
-__all__ = ["MapIterator", "Plan", "run"]
+__all__ = ["MapIterator", "Packing", "Plan", "run"]
 
 R = TypeVar("R")
 # Chunks kept in flight per worker: the backend's prefetch (2) plus one being prepared.
 IN_FLIGHT_PER_WORKER = 3
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How chunks run when each cluster task packs a local pool (``paralela.mapping._packed``,
+    chosen by :func:`paralela.map`; the engine only calls it): ``task(job_ref, start,
+    items, store)`` runs one chunk inside a cluster task, and ``tidy(store)`` removes the
+    pieces the tasks left in the run directory once the run is whole."""
+
+    task: Callable[..., ChunkOutcome]
+    tidy: Callable[[RunStore], None]
 
 
 @dataclass
@@ -80,8 +90,8 @@ class Plan:
     retries: int
     store: RunStore | None
     progress: NullProgress
-    # Chunks go through run_packed (a local pool inside each cluster task).
-    packed: bool = False
+    # Chunks go through a packed task (a local pool inside each cluster task).
+    packed: Packing | None = None
     # The backend was made for this run alone (a map nested in a worker): stop it after.
     owns_backend: bool = False
 
@@ -198,8 +208,10 @@ def _chunk_error(chunk: _Chunk, exc: BaseException) -> TaskError:
 
 def _submit(plan: Plan, job_ref: Broadcast[Job], chunk: _Chunk) -> Future[ChunkOutcome]:
     try:
-        if plan.packed:
-            return plan.backend.submit(run_packed, job_ref, chunk.start, chunk.items, plan.store)
+        if plan.packed is not None:
+            return plan.backend.submit(
+                plan.packed.task, job_ref, chunk.start, chunk.items, plan.store
+            )
         return plan.backend.submit(run_chunk, job_ref, chunk.start, chunk.items)
     except UnpicklableError:
         from paralela.backends import dumps_with_buffers
@@ -556,8 +568,8 @@ class _MapRun:
             _raise(self.stop_error)
         if self.source_error is not None:
             raise self.source_error
-        if self.plan.packed and self.plan.store is not None:
-            remove_finished_pieces(self.plan.store)
+        if self.plan.packed is not None and self.plan.store is not None:
+            self.plan.packed.tidy(self.plan.store)
         if self.failures:
             self.failures.sort(key=lambda e: e.index if e.index is not None else -1)
             raise MapError(self.failures, [], self.summary)

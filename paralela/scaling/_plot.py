@@ -7,8 +7,10 @@ matplotlib backend and open figures are left alone.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from paralela.scaling._model import ScalingResult
+if TYPE_CHECKING:
+    from paralela.scaling._model import ScalingResult
 
 __all__ = ["plot_scaling"]
 
