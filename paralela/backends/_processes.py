@@ -250,9 +250,10 @@ class ProcessBackend(Backend):
                 _cancel_future(self._pending.popleft().future)
             doomed = []
             for w in self._workers:
-                for task, _ in w.inflight:
+                inflight = list(w.inflight)  # a copy, as in cancel()
+                for task, _ in inflight:
                     _cancel_future(task.future)
-                if w.inflight:
+                if inflight:
                     doomed.append(w.process.pid)
         for pid in doomed:
             kill_descendants(pid, itself=True)
@@ -272,10 +273,13 @@ class ProcessBackend(Backend):
                     kept.append(task)
             self._pending = kept
             for w in self._workers:
-                hit = [task for task, _ in w.inflight if task.future in targets]
+                # The manager thread pops finished tasks without the lock: look at a copy
+                # (list() of a deque runs no Python code, so no thread switch within it).
+                inflight = list(w.inflight)
+                hit = [task for task, _ in inflight if task.future in targets]
                 if not hit:
                     continue
-                if w.inflight[0][0].future in targets:  # running: only a kill stops it
+                if inflight[0][0].future in targets:  # running: only a kill stops it
                     doomed.append(w.process.pid)
                     self._lazy_places.add(w.place)
                 else:  # queued behind another caller's task: the worker skips them
