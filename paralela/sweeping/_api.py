@@ -7,8 +7,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paralela._files import make_dirs
 from paralela.backends import sigterm_as_interrupt
@@ -33,8 +34,12 @@ from paralela.sweeping._driver import run_trials
 from paralela.sweeping._identity import check_identity, check_run_dir, identify
 from paralela.sweeping._objective import takes_trial
 from paralela.sweeping._outputs import records_from_study, write_outputs
-from paralela.sweeping._results import SweepResult
+from paralela.sweeping._results import SweepResult, TrialRecord
+from paralela.sweeping._slots import check_local_only, job_command, machine_slots
 from paralela.sweeping._trials import check_command
+
+if TYPE_CHECKING:
+    from paralela.sweeping._slurm_trials import SlurmTrials
 
 __all__ = ["sweep"]
 
@@ -52,77 +57,6 @@ def _with_time_limit(options: Mapping[str, Any] | None, seconds: float) -> dict[
             f"but backend_options also give timeout_min={given['timeout_min']}; give one."
         )
     return {**given, "timeout_min": minutes}
-
-
-def _slots(
-    workers: int | None,
-    gpus: str | Sequence[int | str] | None,
-    gpus_per_trial: int,
-    trials_per_gpu: int,
-    min_free_gpu_memory: float | None,
-    notes: list[str],
-) -> list[Slot]:
-    from paralela.resources import detect, make_slots
-
-    resources = detect()
-    cpu_only = gpus in ("", "none", "cpu") or gpus_per_trial == 0
-    if not cpu_only and (gpus is not None or resources.gpus):
-        chosen = gpus
-        if min_free_gpu_memory is not None:
-            usable = [
-                g
-                for g in resources.gpus
-                if g.memory_free is None or g.memory_free >= min_free_gpu_memory * 2**30
-            ]
-            skipped = [g for g in resources.gpus if g not in usable]
-            if skipped:
-                notes.append(
-                    "skipped GPUs in use by others (less than "
-                    f"{min_free_gpu_memory} GiB free): {', '.join(str(g.index) for g in skipped)}"
-                )
-            if not usable:
-                raise ConfigError(
-                    f"No GPU has {min_free_gpu_memory} GiB free; lower min_free_gpu_memory "
-                    "or wait for the GPUs to free up."
-                )
-            wanted = (
-                None
-                if gpus is None
-                else {str(g) for g in (gpus.split(",") if isinstance(gpus, str) else gpus)}
-            )
-            chosen = [g.index for g in usable if wanted is None or str(g.index) in wanted]
-        slots = make_slots(
-            resources, gpus_per_slot=gpus_per_trial, slots_per_gpu=trials_per_gpu, gpus=chosen
-        )
-        return slots[:workers] if workers else slots
-    return make_slots(resources, n_slots=workers)
-
-
-def _as_job_command(function: Any, command: list[str] | None) -> list[str]:
-    """The command a trial's Slurm job runs: ``command``, or one that imports ``function``."""
-    from paralela.sweeping._slurm_trials import function_command, importable_name
-
-    return command if command is not None else function_command(importable_name(function))
-
-
-def _local_only(
-    gpus: Any, gpus_per_trial: int, trials_per_gpu: int, min_free_gpu_memory: float | None
-) -> None:
-    given = [
-        name
-        for name, value, default in (
-            ("gpus", gpus, None),
-            ("gpus_per_trial", gpus_per_trial, 1),
-            ("trials_per_gpu", trials_per_gpu, 1),
-            ("min_free_gpu_memory", min_free_gpu_memory, None),
-        )
-        if value != default
-    ]
-    if given:
-        raise ConfigError(
-            f"{given[0]} chooses this machine's GPUs; with backend='slurm' each trial's job "
-            "asks Slurm for its own: backend_options={'gpus_per_task': N}."
-        )
 
 
 def sweep(
@@ -231,202 +165,322 @@ def sweep(
         SlurmCommandError: sbatch refused a trial's job (the message says why).
         SweepError: more than ``max_failures`` trials failed.
     """
-    command: list[str] | None = None
-    function: Callable[..., Any] | None = None
-    if isinstance(objective, (list, tuple)):
-        command = [str(a) for a in objective]
-    elif callable(objective):
-        function = objective
-    else:
-        raise ConfigError(
-            f"objective must be a function or a command (a list of strings), got "
-            f"{type(objective).__name__}."
-        )
-    by_run = _define_by_run(function, space, define_by_run)
-    space_ = Space(()) if space is None else as_space(space)
-    identity = identify(function, command, space_)
-    name = study_name or identity.default_name
-    if backend == "slurm":
-        if by_run:
+    return _Sweep(_Args(**locals())).run()  # locals(): exactly the arguments, here
+
+
+@dataclass
+class _Args:
+    """One ``sweep`` call's arguments, as given (:func:`sweep` documents them)."""
+
+    objective: Callable[..., Any] | Sequence[str]
+    space: Space | Mapping[str, Any] | str | os.PathLike[str] | None
+    define_by_run: bool | None
+    n_trials: int | None
+    timeout: float | None
+    direction: str | Sequence[str]
+    sampler: str | Any
+    pruner: str | Any | None
+    run_dir: str | os.PathLike[str] | None
+    study_name: str | None
+    storage: str | None
+    workers: int | None
+    gpus: str | Sequence[int | str] | None
+    gpus_per_trial: int
+    trials_per_gpu: int
+    min_free_gpu_memory: float | None
+    max_failures: int | None
+    trial_timeout: float | None
+    seed: int | None
+    progress: bool | None
+    grace_period: float
+    plots: bool
+    backend: str
+    backend_options: Mapping[str, Any] | None
+
+
+class _Sweep:
+    """One ``sweep`` call in named steps.
+
+    ``__init__`` checks the input before anything is written (the objective, the backend,
+    the directions, the sampler's plan, the budgets); :meth:`run` opens the run directory
+    and the study, gets the slots and the workers, runs the trials (``_driver``) and
+    writes the result.
+    """
+
+    def __init__(self, args: _Args) -> None:
+        self.args = a = args
+        self.command, self.function = _split_objective(a.objective)
+        self.by_run = _define_by_run(self.function, a.space, a.define_by_run)
+        self.space = Space(()) if a.space is None else as_space(a.space)
+        self.identity = identify(self.function, self.command, self.space)
+        self.name = a.study_name or self.identity.default_name
+        self.backend_options = a.backend_options
+        self.check_backend()
+        self.directions = _directions(a.direction)
+        self.n_trials = a.n_trials
+        self.sampler = a.sampler
+        self.sampler_name = a.sampler if isinstance(a.sampler, str) else None
+        self.grid: Any = None
+        self.queued: Sequence[Mapping[str, Any]] | None = self.space.configurations  # enqueued
+        self.plan_trials()
+        self.check_budgets()
+        self.notes: list[str] = []
+
+    # -- input checks ------------------------------------------------------------------
+
+    def check_backend(self) -> None:
+        """``"slurm"``: a command per trial's job; ``"processes"``: no job options."""
+        a = self.args
+        if a.backend == "slurm":
+            if self.by_run:
+                raise ConfigError(
+                    "An Optuna objective (objective(trial)) samples its parameters in its "
+                    "worker, on this machine's slots: run it with backend='processes', or "
+                    "give a space and write it as objective(params) for one Slurm job per "
+                    "trial."
+                )
+            self.command, self.function = job_command(self.function, self.command), None
+            check_local_only(a.gpus, a.gpus_per_trial, a.trials_per_gpu, a.min_free_gpu_memory)
+        elif a.backend != "processes":
             raise ConfigError(
-                "An Optuna objective (objective(trial)) samples its parameters in its "
-                "worker, on this machine's slots: run it with backend='processes', or give "
-                "a space and write it as objective(params) for one Slurm job per trial."
+                f"Unknown backend {a.backend!r}; valid backends are: processes, slurm."
             )
-        command, function = _as_job_command(function, command), None
-        _local_only(gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory)
-    elif backend != "processes":
-        raise ConfigError(f"Unknown backend {backend!r}; valid backends are: processes, slurm.")
-    elif backend_options:
-        raise ConfigError(
-            "backend_options are the Slurm jobs' options: add backend='slurm' (one job per "
-            "trial), or leave them out."
+        elif a.backend_options:
+            raise ConfigError(
+                "backend_options are the Slurm jobs' options: add backend='slurm' (one job "
+                "per trial), or leave them out."
+            )
+
+    def plan_trials(self) -> None:
+        """The grid sampler's plan (its axes, or a conditional space's points queued), and
+        the trial budget a grid or a CSV of configurations implies."""
+        a, space = self.args, self.space
+        if self.sampler_name is not None and self.sampler_name.lower() == "grid":
+            if self.by_run:
+                raise ConfigError(
+                    "sampler 'grid' enumerates a space given beforehand; an Optuna objective "
+                    "defines its parameters as it runs. Give the space (space=..., and "
+                    "objective(params)), or use Optuna's GridSampler(search_space) as "
+                    "sampler."
+                )
+            if space.configurations is not None:
+                raise ConfigError(
+                    "sampler 'grid' searches a space; a CSV of configurations already lists "
+                    "the trials. Leave the sampler out to run exactly its rows."
+                )
+            if space.conditional:  # GridSampler cannot search it: its points are queued
+                self.queued = _grid_queue(space, self.n_trials)
+                self.n_trials = len(self.queued) if self.n_trials is None else self.n_trials
+                self.sampler = "random"
+            else:
+                self.grid = space.grid_axes()
+                if self.n_trials is None and a.timeout is None:
+                    self.n_trials = len(space.grid())
+        if space.configurations is not None and self.n_trials is None and a.timeout is None:
+            self.n_trials = len(space.configurations)
+
+    def check_budgets(self) -> None:
+        """The trial and time budgets, the command, ``max_failures``, ``trial_timeout``."""
+        a = self.args
+        check_budget(self.n_trials, a.timeout)
+        if self.command is not None:
+            check_command(self.command, self.space.names)
+        if a.max_failures is not None and a.max_failures < 0:
+            raise ConfigError(f"max_failures must be 0 or more, got {a.max_failures!r}.")
+        limit = a.trial_timeout
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+                raise ConfigError(f"trial_timeout must be a number of seconds, got {limit!r}.")
+            if not limit > 0:
+                raise ConfigError(f"trial_timeout must be more than 0 seconds, got {limit!r}.")
+            if a.backend == "slurm":
+                self.backend_options = _with_time_limit(self.backend_options, limit)
+
+    # -- the run -----------------------------------------------------------------------
+
+    def run(self) -> SweepResult:
+        """Open the run directory, the study and the workers; run the trials; write the
+        result. The workers and the database are let go however it ends."""
+        a = self.args
+        optuna = import_optuna()
+        sampler = self.sampler
+        if self.sampler_name:
+            sampler = make_sampler(self.sampler, seed=a.seed, grid=self.grid)
+        pruner = self.make_pruner(optuna)
+        root = Path(a.run_dir) if a.run_dir is not None else Path("paralela-runs") / self.name
+        with storage_errors(root):  # a full disk, a read-only run directory: one paragraph
+            make_dirs(root / "trials")
+            choice = choose_storage(root, a.storage)
+            if choice.note:
+                self.say(choice.note)
+            jobs, slots = self.trial_slots(root)
+            pool = None
+            database = None
+            try:
+                if self.function is not None:  # the workers boot while the database opens
+                    from paralela.backends import make_backend
+
+                    pool = make_backend(
+                        "processes", slots=slots
+                    )  # the sweep's own, shut down below
+                database = open_storage(choice.spec, wal=a.storage is None)
+                study = self.open_study(optuna, database, root, choice.spec, sampler, pruner)
+                records, wall, busy = self.run_loop(study, choice.spec, root, slots, pool, jobs)
+                sync = getattr(study._storage, "sync", None)
+                if sync is not None:  # read what others wrote (function trials' reports)
+                    sync(study._study_id)
+                result = self.result(study, choice.spec, root, slots, records, wall, busy)
+                write_outputs(result, study, plots=a.plots)
+                return result
+            finally:
+                if pool is not None:  # run_trials has shut it down, unless it never ran
+                    pool.shutdown(wait=False, cancel_futures=True)
+                engine = getattr(database, "engine", None)
+                if engine is not None:  # closes the database (SQLite: folds in, removes -wal)
+                    engine.dispose()
+
+    def say(self, note: str) -> None:
+        self.notes.append(note)
+        print(f"paralela sweep: {note}", file=sys.stderr)
+
+    def make_pruner(self, optuna: Any) -> Any:
+        pruner = self.args.pruner
+        if pruner is None and self.by_run:  # as optuna.create_study(): examples prune as published
+            return optuna.pruners.MedianPruner()
+        if pruner is None or isinstance(pruner, str):
+            return make_pruner(pruner)
+        return pruner
+
+    def trial_slots(self, root: Path) -> tuple[SlurmTrials | None, list[Slot]]:
+        """The slots trials run on: this machine's (GPUs, CPU shares), or one per Slurm job
+        allowed at once (and the jobs' submitter)."""
+        a = self.args
+        if a.backend == "slurm":
+            from paralela.sweeping._slurm_trials import DEFAULT_JOBS, SlurmTrials
+
+            jobs = SlurmTrials(self.backend_options, ledger=root / "slurm-trials.jsonl")
+            return jobs, [Slot("", (), index=i) for i in range(a.workers or DEFAULT_JOBS)]
+        slots = machine_slots(
+            a.workers, a.gpus, a.gpus_per_trial, a.trials_per_gpu, a.min_free_gpu_memory, self.notes
         )
+        return None, slots
+
+    def open_study(
+        self, optuna: Any, database: Any, root: Path, spec: str, sampler: Any, pruner: Any
+    ) -> Any:
+        """Create or continue the study (refused if it is another sweep's); queue again
+        what a dead driver left, and a CSV's configurations once."""
+        a = self.args
+        if a.storage is None and a.study_name is None:
+            check_run_dir(database, root, self.name, self.identity)
+        study = _open_study(optuna, database, self.name, spec, sampler, pruner, self.directions)
+        changed = check_identity(study, self.identity, named=a.study_name is not None)
+        if changed:
+            self.say(changed)
+        recovered = recover_interrupted(study)
+        if recovered:
+            self.notes.append(f"re-running trials interrupted when a driver died: {recovered}")
+        if self.queued is not None and not study.user_attrs.get(CONFIGS_ATTR):
+            for configuration in self.queued:
+                study.enqueue_trial(dict(configuration))
+            study.set_user_attr(CONFIGS_ATTR, True)
+        return study
+
+    def run_loop(
+        self,
+        study: Any,
+        spec: str,
+        root: Path,
+        slots: list[Slot],
+        pool: Any,
+        jobs: SlurmTrials | None,
+    ) -> tuple[list[TrialRecord], float, float]:
+        """Run the trials (``_driver``) with the live table. Ctrl-C or SIGTERM: write the
+        trials so far, say how to go on, raise."""
+        a, space = self.args, self.space
+        counted = _counted(study)
+
+        from paralela.sweeping._live import make_view
+
+        sign = -1.0 if self.directions[0] == "maximize" else 1.0
+        view = make_view(a.progress, f"sweep {self.name}", sign)
+        t0 = time.time()
+        try:
+            with sigterm_as_interrupt():  # scancel, a supervisor: as Ctrl-C
+                return run_trials(
+                    study=study,
+                    distributions=space.distributions(),
+                    fixed=space.fixed(),
+                    objective=self.function,
+                    command=self.command,
+                    storage_spec=spec,
+                    slots=slots,
+                    backend=pool,
+                    budget=Budget(self.n_trials, a.timeout, a.max_failures, a.trial_timeout),
+                    already_counted=counted,
+                    log_dir=root / "trials",
+                    budget_dir=root,
+                    grace_period=a.grace_period,
+                    on_change=view.update,
+                    jobs=jobs,
+                    define_by_run=self.by_run,
+                    seed=a.seed,
+                    sample=space.sample if space.conditional else None,
+                )
+        except KeyboardInterrupt as exc:  # Ctrl-C: keep what ran, say how to go on
+            interrupted = self.result(study, spec, root, slots, [], time.time() - t0, 0.0)
+            write_outputs(interrupted, study, plots=False)
+            add_note(
+                exc,
+                f"The sweep was interrupted: its trials so far are in {root / 'trials.csv'}; "
+                f"run it again (run_dir {str(root)!r}, study {self.name!r}) to continue, "
+                "re-running the trials that were cut short.",
+            )
+            raise
+        finally:
+            view.close()
+
+    def result(
+        self,
+        study: Any,
+        spec: str,
+        root: Path,
+        slots: list[Slot],
+        records: list[TrialRecord],
+        wall: float,
+        busy: float,
+    ) -> SweepResult:
+        return SweepResult(
+            study_name=self.name,
+            storage=spec,
+            run_dir=root,
+            directions=self.directions,
+            trials=records_from_study(study, records, root / "trials", self.space.fixed()),
+            wall_seconds=wall,
+            slots=len(slots),
+            busy_fraction=busy,
+            notes=self.notes,
+        )
+
+
+def _split_objective(objective: object) -> tuple[list[str] | None, Callable[..., Any] | None]:
+    """(command, function): the objective is one or the other."""
+    if isinstance(objective, (list, tuple)):
+        return [str(a) for a in objective], None
+    if callable(objective):
+        return None, objective
+    raise ConfigError(
+        f"objective must be a function or a command (a list of strings), got "
+        f"{type(objective).__name__}."
+    )
+
+
+def _directions(direction: str | Sequence[str]) -> list[str]:
     directions = [direction] if isinstance(direction, str) else list(direction)
     for d in directions:
         if d not in DIRECTIONS:
             raise ConfigError(f"direction must be 'minimize' or 'maximize', got {d!r}.")
-    grid = None
-    queued: Sequence[Mapping[str, Any]] | None = space_.configurations  # trials to enqueue
-    sampler_name = sampler if isinstance(sampler, str) else None
-    if sampler_name is not None and sampler_name.lower() == "grid":
-        if by_run:
-            raise ConfigError(
-                "sampler 'grid' enumerates a space given beforehand; an Optuna objective "
-                "defines its parameters as it runs. Give the space (space=..., and "
-                "objective(params)), or use Optuna's GridSampler(search_space) as sampler."
-            )
-        if space_.configurations is not None:
-            raise ConfigError(
-                "sampler 'grid' searches a space; a CSV of configurations already lists the "
-                "trials. Leave the sampler out to run exactly its rows."
-            )
-        if space_.conditional:  # GridSampler cannot search it: its points are queued
-            queued = _grid_queue(space_, n_trials)
-            n_trials, sampler = len(queued) if n_trials is None else n_trials, "random"
-        else:
-            grid = space_.grid_axes()
-            if n_trials is None and timeout is None:
-                n_trials = len(space_.grid())
-    if space_.configurations is not None and n_trials is None and timeout is None:
-        n_trials = len(space_.configurations)
-    check_budget(n_trials, timeout)
-    if command is not None:
-        check_command(command, space_.names)
-    if max_failures is not None and max_failures < 0:
-        raise ConfigError(f"max_failures must be 0 or more, got {max_failures!r}.")
-    if trial_timeout is not None:
-        if isinstance(trial_timeout, bool) or not isinstance(trial_timeout, (int, float)):
-            raise ConfigError(f"trial_timeout must be a number of seconds, got {trial_timeout!r}.")
-        if not trial_timeout > 0:
-            raise ConfigError(f"trial_timeout must be more than 0 seconds, got {trial_timeout!r}.")
-        if backend == "slurm":
-            backend_options = _with_time_limit(backend_options, trial_timeout)
-
-    optuna = import_optuna()
-    sampler_obj = make_sampler(sampler, seed=seed, grid=grid) if sampler_name else sampler
-    if pruner is None and by_run:  # as optuna.create_study(): its examples prune as published
-        pruner_obj = optuna.pruners.MedianPruner()
-    elif pruner is None or isinstance(pruner, str):
-        pruner_obj = make_pruner(pruner)
-    else:
-        pruner_obj = pruner
-    root = Path(run_dir) if run_dir is not None else Path("paralela-runs") / name
-    with storage_errors(root):  # a full disk, a read-only run directory: one paragraph
-        make_dirs(root / "trials")
-        notes: list[str] = []
-        choice = choose_storage(root, storage)
-        if choice.note:
-            notes.append(choice.note)
-            print(f"paralela sweep: {choice.note}", file=sys.stderr)
-        jobs = None
-        if backend == "slurm":
-            from paralela.sweeping._slurm_trials import DEFAULT_JOBS, SlurmTrials
-
-            jobs = SlurmTrials(backend_options, ledger=root / "slurm-trials.jsonl")
-            slots = [Slot("", (), index=i) for i in range(workers or DEFAULT_JOBS)]
-        else:
-            slots = _slots(
-                workers, gpus, gpus_per_trial, trials_per_gpu, min_free_gpu_memory, notes
-            )
-        pool = None
-        database = None
-        try:
-            if function is not None:  # the workers boot while the database opens
-                from paralela.backends import make_backend
-
-                pool = make_backend("processes", slots=slots)  # the sweep's own, shut down below
-            database = open_storage(choice.spec, wal=storage is None)
-            if storage is None and study_name is None:
-                check_run_dir(database, root, name, identity)
-            study = _open_study(
-                optuna, database, name, choice.spec, sampler_obj, pruner_obj, directions
-            )
-            changed = check_identity(study, identity, named=study_name is not None)
-            if changed:
-                notes.append(changed)
-                print(f"paralela sweep: {changed}", file=sys.stderr)
-            recovered = recover_interrupted(study)
-            if recovered:
-                notes.append(f"re-running trials interrupted when a driver died: {recovered}")
-            if queued is not None and not study.user_attrs.get(CONFIGS_ATTR):
-                for configuration in queued:
-                    study.enqueue_trial(dict(configuration))
-                study.set_user_attr(CONFIGS_ATTR, True)
-            counted = _counted(study)
-
-            from paralela.sweeping._live import make_view
-
-            view = make_view(
-                progress, f"sweep {name}", -1.0 if directions[0] == "maximize" else 1.0
-            )
-            t0 = time.time()
-            try:
-                with sigterm_as_interrupt():  # scancel, a supervisor: as Ctrl-C
-                    records, wall, busy = run_trials(
-                        study=study,
-                        distributions=space_.distributions(),
-                        fixed=space_.fixed(),
-                        objective=function,
-                        command=command,
-                        storage_spec=choice.spec,
-                        slots=slots,
-                        backend=pool,
-                        budget=Budget(n_trials, timeout, max_failures, trial_timeout),
-                        already_counted=counted,
-                        log_dir=root / "trials",
-                        budget_dir=root,
-                        grace_period=grace_period,
-                        on_change=view.update,
-                        jobs=jobs,
-                        define_by_run=by_run,
-                        seed=seed,
-                        sample=space_.sample if space_.conditional else None,
-                    )
-            except KeyboardInterrupt as exc:  # Ctrl-C: keep what ran, say how to go on
-                interrupted = SweepResult(
-                    study_name=name,
-                    storage=choice.spec,
-                    run_dir=root,
-                    directions=directions,
-                    trials=records_from_study(study, [], root / "trials", space_.fixed()),
-                    wall_seconds=time.time() - t0,
-                    slots=len(slots),
-                    busy_fraction=0.0,
-                    notes=notes,
-                )
-                write_outputs(interrupted, study, plots=False)
-                add_note(
-                    exc,
-                    f"The sweep was interrupted: its trials so far are in {root / 'trials.csv'}; "
-                    f"run it again (run_dir {str(root)!r}, study {name!r}) to continue, re-running "
-                    "the trials that were cut short.",
-                )
-                raise
-            finally:
-                view.close()
-            sync = getattr(study._storage, "sync", None)
-            if sync is not None:  # read what others wrote (function trials' reports)
-                sync(study._study_id)
-            result = SweepResult(
-                study_name=name,
-                storage=choice.spec,
-                run_dir=root,
-                directions=directions,
-                trials=records_from_study(study, records, root / "trials", space_.fixed()),
-                wall_seconds=wall,
-                slots=len(slots),
-                busy_fraction=busy,
-                notes=notes,
-            )
-            write_outputs(result, study, plots=plots)
-            return result
-        finally:
-            if pool is not None:  # run_trials has shut it down, unless it never ran
-                pool.shutdown(wait=False, cancel_futures=True)
-            engine = getattr(database, "engine", None)
-            if engine is not None:  # closes the database (SQLite: folds in and removes -wal)
-                engine.dispose()
+    return directions
 
 
 def _define_by_run(function: Callable[..., Any] | None, space: object, given: bool | None) -> bool:

@@ -185,7 +185,7 @@ class _TrialLoop:
         study: Any,
         oracle: Oracle,
         fixed: dict[str, Any],
-        job_ref: Broadcast | None,
+        job_ref: Broadcast[FunctionJob] | None,
         command: Sequence[str] | None,
         slots: list[Slot],
         backend: Any,
