@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,15 +25,17 @@ from paralela.comparing._checks import (
     pruning,
     scoring_name,
 )
-from paralela.comparing._results import check_completed, record_of, result_of
+from paralela.comparing._results import check_completed, record_of, result_of, write_results
 from paralela.comparing._store import comparison_identity, open_study
 from paralela.errors import add_note
 from paralela.studies import storage_errors
 
 if TYPE_CHECKING:
-    from paralela.comparing._candidates import Candidate
+    from paralela.comparing._candidates import Candidate, GridSource, SampledSource
     from paralela.comparing._families import Family
     from paralela.comparing._results import CandidateRecord, CompareResult
+    from paralela.comparing._schedule import Scheduler
+    from paralela.comparing._store import FoldLog
 
 __all__ = ["compare"]
 
@@ -113,107 +116,179 @@ def compare(
     A candidate whose fit or scoring raises ends ``FAIL`` with the error (its other
     folds are stopped); the others go on. A fold whose worker died runs once more.
     """
-    t0 = time.time()
-    check_samples(X, y)
-    families = families_given(estimators_or_space, y, seed)
-    estimators = check_families(families, scoring)
-    check_target(y, estimators)
-    score_name = scoring_name(scoring)
-    folds = make_folds(cv, X, y, families, estimators)
-    grid = grid_mode(families, sampler)
-    check_budget(n_trials, time_budget, grid=grid)
-    halving, pruner_obj = pruning(pruner, halving)
+    return _Comparison(_Args(**locals()), started=time.time()).run()  # locals(): the arguments
 
-    identity = comparison_identity(families, estimators, X, y, folds, score_name)
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
-    root = Path(run_dir) if run_dir is not None else Path("paralela-runs") / f"compare-{digest}"
-    with storage_errors(root, "comparison"):  # a full disk: one paragraph, the path
-        make_dirs(root)
-        from paralela.comparing._store import FoldLog, check_identity
 
-        check_identity(root, identity)
-        log = FoldLog(root)
-        notes: list[str] = []
-        report = _progress(progress, len(folds))
-        backend = database = None
-        try:
-            from paralela.backends import make_backend
-            from paralela.resources import detect, make_slots
+@dataclass
+class _Args:
+    """One ``compare`` call's arguments, as given (:func:`compare` documents them)."""
 
-            slots = make_slots(detect(), n_slots=workers)
-            # A pool of its own, shut down below; the workers boot while the study opens.
-            backend = make_backend("processes", slots=slots)
-            study = None
-            if not grid or pruner_obj is not None:
-                study, database = open_study(
-                    root, sampler, seed, pruner_obj, grid=grid, notes=notes
-                )
-            from paralela.comparing._candidates import GridSource, SampledSource
+    estimators_or_space: Any
+    X: Any
+    y: Any
+    cv: Any
+    scoring: str | Callable[..., float] | None
+    n_trials: int | None
+    time_budget: float | None
+    sampler: str | Any | None
+    pruner: str | Any | None
+    halving: bool
+    refit: bool
+    run_dir: str | os.PathLike[str] | None
+    workers: int | None
+    seed: int | None
+    progress: bool | Callable[[CandidateRecord], None] | None
 
-            source: GridSource | SampledSource
-            if grid:
-                source = GridSource(families, len(folds), log, n_trials=n_trials, seed=seed)
-            else:
-                source = SampledSource(families, len(folds), log, study, n_trials=n_trials)
 
-            from paralela.backends import Broadcast, sigterm_as_interrupt
-            from paralela.comparing._schedule import Scheduler
-            from paralela.comparing._tasks import SharedData
+class _Comparison:
+    """One ``compare`` call in named steps.
 
-            shared = Broadcast(SharedData(X, y, folds, scoring, {f.name: f.make for f in families}))
-            scheduler = Scheduler(
-                backend=backend,
-                shared=shared,
-                n_folds=len(folds),
-                source=source,
-                log=log,
-                slots=len(slots),
-                study=study,
-                stepwise=pruner_obj is not None,
-                halving=halving,
-                deadline=None if time_budget is None else time.monotonic() + time_budget,
-                on_end=report,
-            )
-            from paralela.comparing._results import write_results
+    ``__init__`` checks the input before anything is written (the data, the families, the
+    target, the scoring, the folds, the budget, the pruning); :meth:`run` opens the run
+    directory, the workers and the study, schedules the (candidate, fold) tasks and
+    writes the result.
+    """
 
-            def result(refit_best: bool) -> CompareResult:
-                return result_of(
-                    source.candidates,
-                    run_dir=root,
-                    started=t0,
-                    scoring=score_name,
-                    n_folds=len(folds),
-                    slots=len(slots),
-                    notes=notes,
-                    refit=(lambda best: _refit(families, best, X, y)) if refit_best else None,
-                )
+    def __init__(self, args: _Args, started: float) -> None:
+        self.args = a = args
+        self.t0 = started
+        check_samples(a.X, a.y)
+        self.families = families_given(a.estimators_or_space, a.y, a.seed)
+        self.estimators = check_families(self.families, a.scoring)
+        check_target(a.y, self.estimators)
+        self.score_name = scoring_name(a.scoring)
+        self.folds = make_folds(a.cv, a.X, a.y, self.families, self.estimators)
+        self.grid = grid_mode(self.families, a.sampler)
+        check_budget(a.n_trials, a.time_budget, grid=self.grid)
+        self.halving, self.pruner = pruning(a.pruner, a.halving)
+        self.notes: list[str] = []
 
+    def run(self) -> CompareResult:
+        """Run every (candidate, fold) task on the slots; write the result. The workers,
+        the fold log and the study's database are let go however it ends."""
+        a = self.args
+        identity = comparison_identity(
+            self.families, self.estimators, a.X, a.y, self.folds, self.score_name
+        )
+        digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
+        root = (
+            Path(a.run_dir)
+            if a.run_dir is not None
+            else Path("paralela-runs") / f"compare-{digest}"
+        )
+        with storage_errors(root, "comparison"):  # a full disk: one paragraph, the path
+            make_dirs(root)
+            from paralela.comparing._store import FoldLog, check_identity
+
+            check_identity(root, identity)
+            log = FoldLog(root)
+            report = _progress(a.progress, len(self.folds))
+            backend = database = None
             try:
-                with sigterm_as_interrupt():
-                    scheduler.run()
-            except KeyboardInterrupt as exc:
-                write_results(result(refit_best=False))
-                add_note(
-                    exc,
-                    f"The comparison was interrupted: the folds that finished are in "
-                    f"{root / 'folds.jsonl'} and the leaderboard so far in "
-                    f"{root / 'leaderboard.csv'}; run it again with run_dir={str(root)!r} to "
-                    "go on (finished folds are not fitted again).",
-                )
-                raise
-            backend.shutdown(wait=False, cancel_futures=True)
-            backend = None
-            final = result(refit_best=refit)
-            write_results(final)
-            check_completed(final)
-            return final
-        finally:
-            log.close()
-            if backend is not None:
+                from paralela.backends import make_backend
+                from paralela.resources import detect, make_slots
+
+                slots = make_slots(detect(), n_slots=a.workers)
+                # A pool of its own, shut down below; the workers boot while the study opens.
+                backend = make_backend("processes", slots=slots)
+                study = None
+                if not self.grid or self.pruner is not None:
+                    study, database = open_study(
+                        root, a.sampler, a.seed, self.pruner, grid=self.grid, notes=self.notes
+                    )
+                source = self.candidates(log, study)
+                scheduler = self.scheduler(backend, source, log, len(slots), study, report)
+                self.schedule(scheduler, source, root, len(slots))
                 backend.shutdown(wait=False, cancel_futures=True)
-            engine = getattr(database, "engine", None)
-            if engine is not None:
-                engine.dispose()
+                backend = None
+                final = self.result(source, root, len(slots), refit_best=a.refit)
+                write_results(final)
+                check_completed(final)
+                return final
+            finally:
+                log.close()
+                if backend is not None:
+                    backend.shutdown(wait=False, cancel_futures=True)
+                engine = getattr(database, "engine", None)
+                if engine is not None:
+                    engine.dispose()
+
+    def candidates(self, log: FoldLog, study: Any) -> GridSource | SampledSource:
+        """Where the candidates come from: the grid points (all, or ``n_trials`` drawn),
+        or the study's sampler."""
+        from paralela.comparing._candidates import GridSource, SampledSource
+
+        a, n_folds = self.args, len(self.folds)
+        if self.grid:
+            return GridSource(self.families, n_folds, log, n_trials=a.n_trials, seed=a.seed)
+        return SampledSource(self.families, n_folds, log, study, n_trials=a.n_trials)
+
+    def scheduler(
+        self,
+        backend: Any,
+        source: GridSource | SampledSource,
+        log: FoldLog,
+        slots: int,
+        study: Any,
+        report: Callable[[Candidate], None] | None,
+    ) -> Scheduler:
+        """The scheduler of the (candidate, fold) tasks; the data set is sent once."""
+        from paralela.backends import Broadcast
+        from paralela.comparing._schedule import Scheduler
+        from paralela.comparing._tasks import SharedData
+
+        a = self.args
+        makers = {f.name: f.make for f in self.families}
+        shared = Broadcast(SharedData(a.X, a.y, self.folds, a.scoring, makers))
+        return Scheduler(
+            backend=backend,
+            shared=shared,
+            n_folds=len(self.folds),
+            source=source,
+            log=log,
+            slots=slots,
+            study=study,
+            stepwise=self.pruner is not None,
+            halving=self.halving,
+            deadline=None if a.time_budget is None else time.monotonic() + a.time_budget,
+            on_end=report,
+        )
+
+    def schedule(
+        self, scheduler: Scheduler, source: GridSource | SampledSource, root: Path, slots: int
+    ) -> None:
+        """Run the tasks. Ctrl-C or SIGTERM: write the results so far (no refit), say how
+        to go on, raise."""
+        from paralela.backends import sigterm_as_interrupt
+
+        try:
+            with sigterm_as_interrupt():
+                scheduler.run()
+        except KeyboardInterrupt as exc:
+            write_results(self.result(source, root, slots, refit_best=False))
+            add_note(
+                exc,
+                f"The comparison was interrupted: the folds that finished are in "
+                f"{root / 'folds.jsonl'} and the leaderboard so far in "
+                f"{root / 'leaderboard.csv'}; run it again with run_dir={str(root)!r} to "
+                "go on (finished folds are not fitted again).",
+            )
+            raise
+
+    def result(
+        self, source: GridSource | SampledSource, root: Path, slots: int, *, refit_best: bool
+    ) -> CompareResult:
+        families, X, y = self.families, self.args.X, self.args.y
+        return result_of(
+            source.candidates,
+            run_dir=root,
+            started=self.t0,
+            scoring=self.score_name,
+            n_folds=len(self.folds),
+            slots=slots,
+            notes=self.notes,
+            refit=(lambda best: _refit(families, best, X, y)) if refit_best else None,
+        )
 
 
 def _refit(families: Sequence[Family], best: CandidateRecord, X: Any, y: Any) -> Any:
