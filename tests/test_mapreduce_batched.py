@@ -14,7 +14,7 @@ import pytest
 
 import paralela
 from paralela.errors import ConfigError, UserFunctionError
-from paralela.mapreduce._tasks import batch_blocks
+from paralela.mapreduce._batches import batch_blocks
 
 WORD = re.compile(r"\w+")
 

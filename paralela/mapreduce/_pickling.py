@@ -16,12 +16,15 @@ the whole shuffle; so the record is found again, only on this failure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paralela.errors import UserFunctionError
+from paralela.mapreduce._batches import RECORD_REPR, batch_blocks, describe, gathered
 from paralela.mapreduce._segments import NotPicklable, pickle_error
-from paralela.mapreduce._tasks import RECORD_REPR, MapJob, batch_blocks, describe, gathered
 from paralela.tasks import short_repr
+
+if TYPE_CHECKING:
+    from paralela.mapreduce._tasks import MapJob
 
 __all__ = ["spark_unpicklable_error", "unpicklable_error"]
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paralela.errors import InputError, MapReduceError, UserFunctionError
+from paralela.mapreduce._batches import RECORD_REPR, batch_blocks, describe, gathered
 from paralela.mapreduce._output import Part, write_part
 from paralela.mapreduce._segments import NotPicklable
 from paralela.tasks import carry, short_repr
@@ -37,9 +38,6 @@ __all__ = [
     "ReduceJob",
     "ReduceTask",
     "ReduceTaskResult",
-    "batch_blocks",
-    "describe",
-    "gathered",
     "run_map_task",
     "run_reduce_task",
 ]
@@ -47,8 +45,6 @@ __all__ = [
 Segment = tuple[str, int, int]
 chain_all = itertools.chain.from_iterable
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-# Characters of a record's repr quoted in an error.
-RECORD_REPR = 200
 
 
 @dataclass(frozen=True)
@@ -145,13 +141,6 @@ def run_map_task(job: MapJob, task: Any) -> MapTaskResult:
     return _result(splits, out, segments, records, started)
 
 
-def describe(splits: tuple[Any, ...]) -> str:
-    """What a map task covers: its split, or its first split and how many more."""
-    if len(splits) == 1:
-        return str(splits[0].describe())
-    return f"{splits[0].describe()} and {len(splits) - 1} more split(s)"
-
-
 def _map_split(job: MapJob, split: Any, out: Any) -> int:
     """Add the pairs of every record of ``split`` to ``out``; the records read."""
     from paralela.files import read_split_batches
@@ -217,39 +206,6 @@ def _result(
         time.perf_counter() - started,
         len(splits),
     )
-
-
-#: A batched mapper's batch of a text, jsonl or csv file: blocks of lines (``BLOCK_BYTES``,
-#: 1 MiB, each) joined up to ``memory_limit / BATCH_SHARE`` bytes, at most
-#: MAX_BATCH_BYTES. Larger batches hand the shuffle fewer pairs: a word count's Counter
-#: over the 12.5 MB files of bench/bench_mapreduce.py's corpus holds 127k pairs a file
-#: in 4 MiB batches, 49k in one 12.5 MB batch (map tasks of 4 files: 1.12 s vs 0.98 s).
-#: A batch costs ~2.6x its bytes in Python strings while the mapper runs (tracemalloc:
-#: 31 MiB for 12 MiB of lines), so 16 MiB stays under 5 % of a 1 GiB memory_limit.
-BATCH_SHARE = 32
-MAX_BATCH_BYTES = 16 << 20
-_BLOCK_FORMATS = ("text", "jsonl", "csv")  # batches of ~1 MiB; Parquet's are already large
-
-
-def batch_blocks(memory_limit: int) -> int:
-    """How many 1 MiB blocks of lines a batched mapper gets at once under ``memory_limit``."""
-    from paralela.files import BLOCK_BYTES
-
-    return max(1, min(MAX_BATCH_BYTES, memory_limit // BATCH_SHARE) // BLOCK_BYTES)
-
-
-def gathered(batches: Iterator[list[Any]], fmt: str, blocks: int) -> Iterator[list[Any]]:
-    """``batches`` joined ``blocks`` at a time for formats read in blocks."""
-    if fmt not in _BLOCK_FORMATS or blocks <= 1:
-        yield from batches
-        return
-    while True:
-        joined: list[Any] = []
-        for part in itertools.islice(batches, blocks):
-            joined += part
-        if not joined:
-            return
-        yield joined
 
 
 def _map_batched(job: MapJob, split: Any, out: Any) -> int:

@@ -29,7 +29,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from paralela.serving._model import ModelError
+from paralela.serving._model_error import ModelError
 
 __all__ = ["LitApiAdapter", "is_litapi", "request_model", "response_model"]
 

@@ -23,15 +23,10 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from paralela.errors import ConfigError, ParalelaError
+from paralela.errors import ConfigError
+from paralela.serving._model_error import ModelError
 
 __all__ = ["LoadedModel", "ModelError", "check_model", "model_name"]
-
-
-class ModelError(ParalelaError):
-    """The user's model failed: its ``setup`` or ``predict`` raised, or ``predict``
-    returned something other than a list as long as its batch. The model's own
-    exception is ``__cause__``."""
 
 
 def model_name(cls: Any) -> str:
