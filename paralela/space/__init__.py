@@ -30,13 +30,8 @@ form, mappings and paths), ``_files`` (YAML, TOML and CSV files, with line numbe
 from __future__ import annotations
 
 from paralela.space._checks import MAX_GRID_POINTS
-from paralela.space._forms import (
-    as_space,
-    load_space,
-    load_sweep_file,
-    space_from_dict,
-    sweep_from_dict,
-)
+from paralela.space._files import as_space, load_space, load_sweep_file
+from paralela.space._forms import space_from_dict, sweep_from_dict
 from paralela.space._params import Categorical, Fixed, Float, Grid, Int, Param
 from paralela.space._space import Choice, Space, branch_params
 

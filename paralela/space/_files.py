@@ -16,16 +16,21 @@ import io
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from paralela.errors import ConfigError, MissingExtraError
 from paralela.space._checks import _CSV_FLOAT, _EXTENSIONS, _check_name, _Invalid
-from paralela.space._forms import _branch_chains, _from_configurations, sweep_from_dict
+from paralela.space._forms import (
+    _branch_chains,
+    _from_configurations,
+    space_from_dict,
+    sweep_from_dict,
+)
 from paralela.space._space import Space
 
-__all__ = ["read_sweep_file"]
+__all__ = ["as_space", "load_space", "load_sweep_file", "read_sweep_file"]
 
 _CSV_INT = re.compile(r"[-+]?[0-9]+")
 
@@ -296,3 +301,29 @@ def read_sweep_file(path: Path) -> tuple[Space, dict[str, Any]]:
     if data is None:
         raise ConfigError(f"{path} is empty; give one entry per parameter.")
     return sweep_from_dict(data, source=str(path), _lines=lines)
+
+
+def load_sweep_file(path: str | os.PathLike[str]) -> tuple[Space, dict[str, Any]]:
+    """The space of a ``.yaml``/``.yml``, ``.toml`` or ``.csv`` file, and the settings
+    next to ``params:`` in a wrapped YAML/TOML file (empty otherwise)."""
+    return read_sweep_file(Path(path))
+
+
+def load_space(path: str | os.PathLike[str]) -> Space:
+    """The space of a ``.yaml``/``.yml``, ``.toml`` or ``.csv`` file; other settings
+    in the file are ignored (:func:`load_sweep_file` returns them)."""
+    return load_sweep_file(path)[0]
+
+
+def as_space(space: Space | Mapping[str, Any] | str | os.PathLike[str]) -> Space:
+    """What ``paralela.sweep(space=...)`` accepts: a :class:`Space`, a mapping in the
+    file form, or the path of a file."""
+    if isinstance(space, Space):
+        return space
+    if isinstance(space, Mapping):
+        return space_from_dict(space)
+    if isinstance(space, (str, os.PathLike)):
+        return load_space(space)
+    raise ConfigError(
+        f"space must be a Space, a mapping or a file path, got {type(space).__name__}."
+    )

@@ -5,78 +5,17 @@
 
 from __future__ import annotations
 
-import difflib
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from paralela.errors import ConfigError
 from paralela.space._checks import _RESERVED, _SCALARS, _check_name, _Invalid
-from paralela.space._params import Categorical, Fixed, Float, Grid, Int, Param
-from paralela.space._space import Choice, Space
+from paralela.space._params import Categorical, Param
+from paralela.space._space import Choice, Space, _param_from_spec
 
-__all__ = ["as_space", "load_space", "load_sweep_file", "space_from_dict", "sweep_from_dict"]
+__all__ = ["space_from_dict", "sweep_from_dict"]
 
 # -- from mappings and files ---------------------------------------------------------
-
-_TYPES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    # file type: (canonical type, required keys, optional keys)
-    "float": ("float", ("low", "high"), ("log", "step")),
-    "loguniform": ("float", ("low", "high"), ("log", "step")),
-    "logfloat": ("float", ("low", "high"), ("log", "step")),
-    "int": ("int", ("low", "high"), ("step", "log")),
-    "categorical": ("categorical", ("choices",), ()),
-    "grid": ("grid", ("values",), ()),
-    "fixed": ("fixed", ("value",), ()),
-    "choice": ("choice", ("options",), ()),
-}
-
-
-def _param_from_spec(name: str, raw: object) -> Param:
-    """One file entry: a mapping with a ``type``, a list (categorical), or a scalar (fixed)."""
-    if isinstance(raw, (list, tuple)):
-        return Categorical(name, tuple(raw))
-    if not isinstance(raw, Mapping):
-        return Fixed(name, raw)
-    spec = dict(raw)
-    kind = spec.pop("type", None)
-    valid = ", ".join(_TYPES)
-    if kind is None:
-        raise _Invalid(
-            name,
-            f"has no 'type'; valid types are: {valid}. To fix a mapping as the value, "
-            "write {type: fixed, value: {...}}.",
-        )
-    if not isinstance(kind, str) or kind.lower() not in _TYPES:
-        raise _Invalid(name, f"unknown type {kind!r}; valid types are: {valid}.")
-    canonical, required, optional = _TYPES[kind.lower()]
-    allowed = ("type", *required, *optional)
-    for key in spec:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise _Invalid(
-                name,
-                f"unknown key {key!r} for type {kind}; allowed keys are: "
-                f"{', '.join(allowed)}.{hint}",
-            )
-    missing = [k for k in required if k not in spec]
-    if missing:
-        raise _Invalid(name, f"type {kind} needs {' and '.join(map(repr, missing))}.")
-    if kind.lower() in ("loguniform", "logfloat") and spec.setdefault("log", True) is not True:
-        raise _Invalid(name, f"type {kind} is always log; drop log, or use type: float.")
-    if canonical == "float":
-        return Float(name, **spec)
-    if canonical == "int":
-        return Int(name, **spec)
-    if canonical == "categorical":
-        return Categorical(name, spec["choices"])
-    if canonical == "grid":
-        return Grid(name, spec["values"])
-    if canonical == "choice":
-        return Choice(name, spec["options"])
-    return Fixed(name, spec["value"])
 
 
 def _where(
@@ -228,31 +167,3 @@ def space_from_dict(data: Mapping[str, Any], *, source: str = "space") -> Space:
     """A space from a mapping in the file form (see ``docs/sweep-space.md``); the other
     settings of a wrapped mapping are ignored (:func:`sweep_from_dict` returns them)."""
     return sweep_from_dict(data, source=source)[0]
-
-
-def load_sweep_file(path: str | os.PathLike[str]) -> tuple[Space, dict[str, Any]]:
-    """The space of a ``.yaml``/``.yml``, ``.toml`` or ``.csv`` file, and the settings
-    next to ``params:`` in a wrapped YAML/TOML file (empty otherwise)."""
-    from paralela.space._files import read_sweep_file
-
-    return read_sweep_file(Path(path))
-
-
-def load_space(path: str | os.PathLike[str]) -> Space:
-    """The space of a ``.yaml``/``.yml``, ``.toml`` or ``.csv`` file; other settings
-    in the file are ignored (:func:`load_sweep_file` returns them)."""
-    return load_sweep_file(path)[0]
-
-
-def as_space(space: Space | Mapping[str, Any] | str | os.PathLike[str]) -> Space:
-    """What ``paralela.sweep(space=...)`` accepts: a :class:`Space`, a mapping in the
-    file form, or the path of a file."""
-    if isinstance(space, Space):
-        return space
-    if isinstance(space, Mapping):
-        return space_from_dict(space)
-    if isinstance(space, (str, os.PathLike)):
-        return load_space(space)
-    raise ConfigError(
-        f"space must be a Space, a mapping or a file path, got {type(space).__name__}."
-    )

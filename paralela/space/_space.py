@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 from collections.abc import Iterator, Mapping
@@ -23,12 +24,73 @@ from paralela.space._checks import (
     _Invalid,
     _optuna_distributions,
 )
-from paralela.space._params import Fixed, Param, _Choices, _Range
+from paralela.space._params import Categorical, Fixed, Float, Grid, Int, Param, _Choices, _Range
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
 
 __all__ = ["Choice", "Space", "branch_params"]
+
+
+# One file entry (``{type: float, low: ..., high: ...}``, a list, a scalar): a choice's
+# options hold such entries in turn, so entries, choices and spaces are built together.
+_TYPES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    # file type: (canonical type, required keys, optional keys)
+    "float": ("float", ("low", "high"), ("log", "step")),
+    "loguniform": ("float", ("low", "high"), ("log", "step")),
+    "logfloat": ("float", ("low", "high"), ("log", "step")),
+    "int": ("int", ("low", "high"), ("step", "log")),
+    "categorical": ("categorical", ("choices",), ()),
+    "grid": ("grid", ("values",), ()),
+    "fixed": ("fixed", ("value",), ()),
+    "choice": ("choice", ("options",), ()),
+}
+
+
+def _param_from_spec(name: str, raw: object) -> Param:
+    """One file entry: a mapping with a ``type``, a list (categorical), or a scalar (fixed)."""
+    if isinstance(raw, (list, tuple)):
+        return Categorical(name, tuple(raw))
+    if not isinstance(raw, Mapping):
+        return Fixed(name, raw)
+    spec = dict(raw)
+    kind = spec.pop("type", None)
+    valid = ", ".join(_TYPES)
+    if kind is None:
+        raise _Invalid(
+            name,
+            f"has no 'type'; valid types are: {valid}. To fix a mapping as the value, "
+            "write {type: fixed, value: {...}}.",
+        )
+    if not isinstance(kind, str) or kind.lower() not in _TYPES:
+        raise _Invalid(name, f"unknown type {kind!r}; valid types are: {valid}.")
+    canonical, required, optional = _TYPES[kind.lower()]
+    allowed = ("type", *required, *optional)
+    for key in spec:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise _Invalid(
+                name,
+                f"unknown key {key!r} for type {kind}; allowed keys are: "
+                f"{', '.join(allowed)}.{hint}",
+            )
+    missing = [k for k in required if k not in spec]
+    if missing:
+        raise _Invalid(name, f"type {kind} needs {' and '.join(map(repr, missing))}.")
+    if kind.lower() in ("loguniform", "logfloat") and spec.setdefault("log", True) is not True:
+        raise _Invalid(name, f"type {kind} is always log; drop log, or use type: float.")
+    if canonical == "float":
+        return Float(name, **spec)
+    if canonical == "int":
+        return Int(name, **spec)
+    if canonical == "categorical":
+        return Categorical(name, spec["choices"])
+    if canonical == "grid":
+        return Grid(name, spec["values"])
+    if canonical == "choice":
+        return Choice(name, spec["options"])
+    return Fixed(name, spec["value"])
 
 
 def _check_option(choice: str, option: object) -> str:
@@ -50,8 +112,6 @@ def _check_option(choice: str, option: object) -> str:
 def _branch(choice: str, option: str, raw: object) -> Space:
     """The parameters of one option: ``None``, a :class:`Space`, a sequence of
     :class:`Param` or a mapping of file entries."""
-    from paralela.space._forms import _param_from_spec  # (it builds choices in turn)
-
     if raw is None:
         return Space(())
     if isinstance(raw, Space):
