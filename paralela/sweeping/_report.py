@@ -4,8 +4,9 @@ A trial finds its sweep through its environment, so the same call works in a fun
 trial (run in a pinned worker process) and in a command trial (any program):
 
 - function trials write intermediate values straight to the study's storage (the worker
-  opened it once) and raise :class:`TrialPruned` when the pruner says so, as Optuna does
-  (see ``_context.FunctionTrialContext``, which the worker installs here);
+  opened it once) and raise ``paralela.TrialPruned`` when the pruner says so, as Optuna
+  does (see ``_context.FunctionTrialContext``, which the worker installs here and which
+  defines ``TrialPruned``);
 - command trials send each value as one JSON line down a pipe (``PARALELA_REPORT_FD``)
   to the driver (or append it to a file, ``PARALELA_REPORT_FILE``, when the trial runs
   as a Slurm job of its own on another node), which records it, asks the pruner and
@@ -25,14 +26,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from paralela.sweeping._context import FunctionTrialContext, TrialPruned
+    from paralela.sweeping._context import FunctionTrialContext
 
 __all__ = [
     "ENV_PARAMS",
     "ENV_REPORT_FD",
     "ENV_REPORT_FILE",
     "ENV_TRIAL_NUMBER",
-    "TrialPruned",
     "current_params",
     "report",
 ]
@@ -52,14 +52,6 @@ def function_context() -> FunctionTrialContext | None:
         return None
     context: FunctionTrialContext | None = getattr(_local, "context", None)
     return context
-
-
-def __getattr__(name: str) -> Any:
-    if name == "TrialPruned":  # lives with the function-trial side, which raises it
-        from paralela.sweeping._context import TrialPruned
-
-        return TrialPruned
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _command_step = 0
