@@ -29,6 +29,7 @@ lint: install-dev
 	$(BIN)/ruff check paralela tests examples bench
 	$(BIN)/ruff format --check paralela tests examples bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # The tests need a real Slurm cluster: run-tests.sh starts it (as root) and stops it after.
 test: lint
@@ -51,4 +52,4 @@ gpu-check:
 	bash tools/gpu-check.sh $(GPU_CHECK_OUT)
 
 clean:
-	rm -rf $(VENV) .venv-bench build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-bench build *.egg-info .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
