@@ -136,6 +136,11 @@ def test_a_worker_that_hangs_is_killed_and_replaced() -> None:
         while "hung; restarting it" not in server.stderr:
             assert time.monotonic() < deadline, server.stderr
             time.sleep(0.1)
+        # The new worker's start (a fresh interpreter, setup) may take longer than the
+        # 0.5 s a request may wait on a loaded machine: ask once it is ready.
+        while httpx.get(f"{server.url}/health").json()["status"] != "ready":
+            assert time.monotonic() < deadline, server.stderr
+            time.sleep(0.1)
         again = httpx.post(f"{server.url}/predict", json={"input": 1}, timeout=30)
         assert again.status_code == 200
         assert again.json()["output"]["pid"] not in hung
