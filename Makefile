@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 # compat: a path entry instead of an import hook, which would add ~10 ms to every worker start
 EDITABLE := --config-settings editable_mode=compat
 
-.PHONY: demo test lint install install-dev bench clean gpu-wheels gpu-check
+.PHONY: demo test lint docs install install-dev bench clean gpu-wheels gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,14 @@ lint: install-dev
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The documentation site (mkdocs.yml): the guide, the lessons, and the CLI and API
+# references generated from the code. --strict: a broken link or anchor, or a public name
+# with no documentation, fails the build (and so make test and CI).
+docs: install-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site/
+
 # The tests need a real Slurm cluster: run-tests.sh starts it (as root) and stops it after.
-test: lint
+test: lint docs
 	PYTHON=$(BIN)/python bash tools/run-tests.sh
 
 bench:
@@ -52,4 +58,4 @@ gpu-check:
 	bash tools/gpu-check.sh $(GPU_CHECK_OUT)
 
 clean:
-	rm -rf $(VENV) .venv-bench build *.egg-info .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
+	rm -rf $(VENV) .venv-bench build site *.egg-info .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
