@@ -70,7 +70,8 @@ def compare(
             conditional :class:`~paralela.Space` (or its file) whose
             ``Choice`` names the families, or a list of ``Family`` objects; see
             ``docs/compare.md``.
-        X, y: the data set (anything scikit-learn's splitters and estimators take).
+        X: the data set's features (anything scikit-learn's splitters and estimators take).
+        y: the data set's targets (the same).
         cv: folds, as ``GridSearchCV`` takes them (an int: stratified for classifiers),
             computed once, so scores equal ``GridSearchCV``'s on the same grid and folds.
         scoring: ``None`` (the estimator's ``score``), a scikit-learn scorer name, or a

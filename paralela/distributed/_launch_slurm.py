@@ -184,9 +184,14 @@ def submit_launch(
             relative script path is relative to the current directory, as in the job.
         nodes: ``--nodes``.
         ntasks_per_node: ranks per node (``--ntasks-per-node``).
-        module, max_restarts, rendezvous_timeout (or its former name preflight_timeout),
-            stop_grace, tf_ps, prefix: as for
-            :func:`paralela.distributed.launch`, given to every task's launcher.
+        module: as for :func:`paralela.distributed.launch` (so are the next five),
+            given to every task's launcher.
+        max_restarts: as for ``launch``.
+        rendezvous_timeout: as for ``launch``.
+        preflight_timeout: ``rendezvous_timeout``'s former name.
+        stop_grace: as for ``launch``.
+        tf_ps: as for ``launch``.
+        prefix: as for ``launch``.
         log_dir: where the ranks' logs go; default
             ``paralela-runs/launch-<script>-<job id>``.
         console: where the job's output is copied (default: stdout).

@@ -428,7 +428,8 @@ def parameter_server(
         timeout: the longest wait, in seconds, for another rank at any one point
             (start, every pull and push, the end); a server also stops when no
             trainer was heard from for that long.
-        rank, world_size: override ``RANK`` and ``WORLD_SIZE`` from the environment.
+        rank: overrides ``RANK`` from the environment.
+        world_size: overrides ``WORLD_SIZE`` from the environment.
 
     Returns:
         This rank's :class:`ParameterServer`; use it as a context manager. Leaving the

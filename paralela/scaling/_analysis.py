@@ -184,7 +184,11 @@ def analyse(
             ``oversubscribe``); ``None``: not checked.
         oversubscribe: fit the counts above ``usable_cpus`` too.
         confidence: of the interval for the serial fraction.
-        target, target_kind, machine, runs, extra_caveats: recorded as given.
+        target: recorded as given.
+        target_kind: recorded as given.
+        machine: recorded as given.
+        runs: recorded as given.
+        extra_caveats: recorded as given.
 
     Raises:
         ConfigError: fewer than two counts, an empty or non-positive timing.

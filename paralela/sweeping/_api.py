@@ -106,8 +106,8 @@ def sweep(
         define_by_run: whether the function takes an Optuna trial; by default, when
             its first parameter is named ``trial`` or annotated as an Optuna trial, or
             when no space is given.
-        n_trials, timeout: the trial budget and the time budget in seconds (trials
-            running at the timeout finish). Earlier runs' trials count.
+        n_trials: the trial budget. Earlier runs' trials count.
+        timeout: the time budget in seconds (trials running at the timeout finish).
         direction: ``"minimize"``, ``"maximize"``, or one per objective.
         sampler: ``"tpe"`` (default), ``"random"``, ``"grid"``, ``"cmaes"``, ``"gp"``,
             ``"nsga2"``, ``"nsga3"``, ``"qmc"``, or an Optuna sampler.
@@ -129,7 +129,8 @@ def sweep(
             ``journal:PATH``; default SQLite in ``run_dir`` (journal file on NFS & co).
         workers: at most this many trials at once (default: one per slot).
         gpus: restrict to these GPUs (``"0,2"``); ``"none"`` for CPU-only slots.
-        gpus_per_trial, trials_per_gpu: GPUs per trial; trials sharing one GPU.
+        gpus_per_trial: GPUs per trial.
+        trials_per_gpu: trials sharing one GPU.
         min_free_gpu_memory: skip GPUs with less free memory (GiB) than this.
         max_failures: stop once more trials than this failed (:class:`SweepError`); the
             trials still running are stopped and queued again for the next run.
