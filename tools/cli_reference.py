@@ -82,20 +82,21 @@ def visible_params(command: Any, ctx: Any) -> list[Any]:
     return [p for p in command.get_params(ctx) if not getattr(p, "hidden", False)]
 
 
-def sections() -> list[Section]:
-    """One section per command, the root group first."""
-    root = root_command()
-    ctx = root.context_class(root, info_name="paralela")
+def sections(root: Any = None) -> list[Section]:
+    """One section per command of ``root`` (default: paralela's), the root group first."""
+    if root is None:
+        root = root_command()
+    ctx = root.context_class(root, info_name=root.name or "paralela")
     return [
         Section(sub_ctx.command_path, command, _section(command, sub_ctx))
         for command, sub_ctx in walk(root, ctx)
     ]
 
 
-def generate() -> str:
-    """The whole page, Markdown."""
+def generate(root: Any = None) -> str:
+    """The whole page, Markdown, for ``root`` (a Click group; default: paralela's)."""
     parts = [INTRO]
-    all_sections = sections()
+    all_sections = sections(root)
     parts.append("| Command | What it does |\n|---|---|")
     parts.extend(
         f"| [`{s.path}`](#{anchor(s.path)}) | {_cell(_first_sentence(s.command))} |"
@@ -212,8 +213,8 @@ def _cell(text: str) -> str:
 
 
 def _code(text: str) -> str:
-    """Text in a code span in a table: only the pipe needs escaping there."""
-    return text.replace("|", "\\|").replace("`", "'")
+    """Text in a code span in a table (Python-Markdown keeps a pipe there as it is)."""
+    return text.replace("`", "'")
 
 
 # --- as a MkDocs hook ----------------------------------------------------------------------
