@@ -8,11 +8,14 @@ command still starts prints one line, not a traceback).
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from paralela.cli._app import app
+
+VERSION_OPTIONS = ("--version", "-V")  # as paralela.cli._app spells them (a test checks)
 
 __all__ = ["app", "main"]
 
@@ -29,6 +32,10 @@ def main() -> None:
         from paralela.backends import marking_sigint, sigterm_as_interrupt
 
         with sigterm_as_interrupt(), marking_sigint():
+            if sys.argv[1:2] and sys.argv[1] in VERSION_OPTIONS:
+                from paralela.cli._app import app  # no command module: --version is cheap
+
+                app()
             from paralela.cli._commands import app
 
             for command in app.registered_commands:

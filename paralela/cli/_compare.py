@@ -23,7 +23,12 @@ import typer
 from paralela.cli._app import app
 from paralela.cli._errors import (
     EXIT_FAILED,
+    EXIT_OK,
     EXIT_USAGE,
+    INTERRUPTED,
+    TERMINATED,
+    ExitCodes,
+    exit_codes_help,
     fail,
     handling_errors,
     kept_from_notes,
@@ -52,12 +57,18 @@ COMPARE_HELP = (
     "Example: paralela compare examples/compare_space.yaml --data wine.csv --target "
     "label --cv 5 --n-trials 60 --pruner median"
 )
-EPILOG = (
-    "Exit codes: 0 compared (failed candidates are listed, not fatal); 1 every candidate "
-    "failed; 2 bad usage or input (space file, data, target, scoring, a run directory "
-    "holding another comparison); 130 interrupted, 143 stopped by SIGTERM (scancel, a "
-    "time limit or preemption): run the same command again to go on."
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "compared (failed candidates are listed, not fatal)"),
+    (EXIT_FAILED, "every candidate failed"),
+    (
+        EXIT_USAGE,
+        "bad usage or input (space file, data, target, scoring, a run directory holding "
+        "another comparison)",
+    ),
+    INTERRUPTED,
+    TERMINATED,
 )
+EPILOG = exit_codes_help(EXIT_CODES, "After 130 or 143, run the same command again to go on.")
 
 
 @app.command(

@@ -10,12 +10,34 @@ from typing import Annotated, Any
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_FAILED, EXIT_USAGE, fail, handling_errors
+from paralela.cli._errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    EXIT_WORKER_DIED,
+    INTERRUPTED,
+    TERMINATED,
+    ExitCodes,
+    exit_codes_help,
+    fail,
+    handling_errors,
+)
 from paralela.cli._options import run_dir_option, workers_option
 from paralela.errors import ConfigError, MissingExtraError
 
 # A step that needs an extra that is not installed: bad usage (install it, or skip the
 # step), as the epilog says.
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "ok"),
+    (
+        EXIT_FAILED,
+        "the parallel results differ from the serial ones, or a part failed (its error is printed)",
+    ),
+    (EXIT_USAGE, "bad usage (a missing extra: the line says which to install)"),
+    (EXIT_WORKER_DIED, "a worker of the map or of the prediction died too often"),
+    INTERRUPTED,
+    TERMINATED,
+)
 NEEDS_EXTRA = ((MissingExtraError, EXIT_USAGE),)
 
 DEMO_HELP = (
@@ -41,7 +63,7 @@ DEMO_HELP = (
     help=DEMO_HELP,
     short_help="Run a map, a sweep, a 2-rank training, a batch prediction and a model "
     "server, and show what they measured.",
-    epilog="Exit codes: 0 ok; 1 the parallel results differ from the serial ones; 2 bad usage.",
+    epilog=exit_codes_help(EXIT_CODES),
 )
 def demo(
     items: Annotated[

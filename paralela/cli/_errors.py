@@ -38,7 +38,6 @@ from paralela.errors import (
 )
 
 __all__ = [
-    "EXIT_CODES_HELP",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -47,9 +46,13 @@ __all__ = [
     "EXIT_TERMINATED",
     "EXIT_USAGE",
     "EXIT_WORKER_DIED",
+    "INTERRUPTED",
+    "TERMINATED",
     "USAGE_OR_FAILED",
     "Codes",
+    "ExitCodes",
     "exit_code_for",
+    "exit_codes_help",
     "fail",
     "handling_errors",
     "interrupted",
@@ -70,14 +73,22 @@ EXIT_RENDEZVOUS = 5  # launch: the ranks did not all meet at the preflight rende
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 EXIT_TERMINATED = 143  # SIGTERM (scancel, a Slurm time limit or preemption), as shells report it
 
-EXIT_CODES_HELP = (
-    "Exit codes: 0 ok; 1 the function raised, or some items failed with "
-    "--on-error collect, or the results could not be written (a result JSON cannot "
-    "hold, a full disk); 2 bad usage or input; 3 a worker died more often than "
-    "--retries allows; 4 the run directory belongs to another computation; "
-    "130 interrupted (Ctrl-C); 143 stopped by SIGTERM (scancel, a Slurm time limit or "
-    "preemption): what finished is kept, as after Ctrl-C."
-)
+ExitCodes = Sequence[tuple[int, str]]
+"""A command's exit codes, each with what it means in that command's words, in the
+order of its ``--help``: every command module declares its own ``EXIT_CODES`` table and
+builds its epilog from it with :func:`exit_codes_help` (a test checks that a command
+lists only the codes its code exits with, and names only options it has)."""
+
+INTERRUPTED = (EXIT_INTERRUPTED, "interrupted (Ctrl-C)")
+TERMINATED = (EXIT_TERMINATED, "stopped by SIGTERM (scancel, a Slurm time limit or preemption)")
+
+
+def exit_codes_help(codes: ExitCodes, then: str = "") -> str:
+    """``Exit codes: 0 ok; 1 ...; 2 ...`` from a command's table, and ``then`` (a
+    sentence on what to do after a failure) behind it: a command's ``--help`` epilog."""
+    listed = "; ".join(f"{code} {meaning}" for code, meaning in codes)
+    return f"Exit codes: {listed}." + (f" {then}" if then else "")
+
 
 TRACEBACK_TAIL_LINES = 12
 

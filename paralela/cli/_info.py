@@ -9,12 +9,27 @@ from typing import Annotated
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import handling_errors
+from paralela.cli._errors import (
+    EXIT_OK,
+    EXIT_USAGE,
+    INTERRUPTED,
+    TERMINATED,
+    ExitCodes,
+    exit_codes_help,
+    handling_errors,
+)
 from paralela.cli._options import json_option
 from paralela.resources import detect, make_slots
 
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "ok"),
+    (EXIT_USAGE, "bad usage, or a SLURM_* variable is malformed (the line names it)"),
+    INTERRUPTED,
+    TERMINATED,
+)
 
-@app.command()
+
+@app.command(epilog=exit_codes_help(EXIT_CODES))
 def info(
     json_: Annotated[bool, json_option("Print the report as JSON instead.")] = False,
     run_dir: list[Path] = typer.Option(  # noqa: B008 (Typer's way to declare options)

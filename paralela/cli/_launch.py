@@ -10,8 +10,20 @@ from typing import Annotated, Any
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_USAGE, fail, handling_errors
+from paralela.cli._errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_RENDEZVOUS,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    INTERRUPTED,
+    ExitCodes,
+    exit_codes_help,
+    fail,
+    handling_errors,
+)
 from paralela.cli._options import (
+    PROGRAM_AFTER_OPTIONS,
     slurm_additional_option,
     slurm_option,
     timeout_min_option,
@@ -30,13 +42,23 @@ LAUNCH_HELP = (
     "launch train.py, one task per rank), streams the ranks' output, waits, and exits "
     "with the job's result; Ctrl-C cancels the job."
 )
-EPILOG = (
-    "Exit codes: 0 every rank exited 0; 1 a rank failed (the others were stopped; its "
-    "log tail is printed); 2 bad usage; 5 the ranks did not meet within "
-    "--rendezvous-timeout, or a rank left or stalled before torch's process group was "
-    "complete; 130 interrupted, 143 stopped by SIGTERM (with --slurm: the job was "
-    "cancelled)."
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "every rank exited 0"),
+    (EXIT_FAILED, "a rank failed (the others were stopped; its log tail is printed)"),
+    (EXIT_USAGE, "bad usage"),
+    (
+        EXIT_RENDEZVOUS,
+        "the ranks did not meet within --rendezvous-timeout, or a rank left or stalled "
+        "before torch's process group was complete",
+    ),
+    INTERRUPTED,
+    (
+        EXIT_TERMINATED,
+        "stopped by SIGTERM (scancel, a Slurm time limit or preemption; with --slurm: the "
+        "job was cancelled)",
+    ),
 )
+EPILOG = exit_codes_help(EXIT_CODES)
 
 SLURM = "Slurm (--slurm)"
 
@@ -45,7 +67,7 @@ SLURM = "Slurm (--slurm)"
     help=LAUNCH_HELP,
     short_help="Start the ranks of a distributed training (DDP, TF), here or under Slurm.",
     epilog=EPILOG,
-    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+    context_settings=PROGRAM_AFTER_OPTIONS,
 )
 def launch(
     program: Annotated[

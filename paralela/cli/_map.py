@@ -30,9 +30,15 @@ import typer
 from paralela._config import UNSET
 from paralela.cli._app import app
 from paralela.cli._errors import (
-    EXIT_CODES_HELP,
     EXIT_FAILED,
+    EXIT_OK,
+    EXIT_RUN_DIR,
     EXIT_USAGE,
+    EXIT_WORKER_DIED,
+    INTERRUPTED,
+    TERMINATED,
+    ExitCodes,
+    exit_codes_help,
     fail,
     handling_errors,
     resume_hint,
@@ -153,6 +159,19 @@ BACKEND_HELP = (
     "processes (default), threads (I/O-bound work), sequential (a plain loop, for "
     "debugging), or slurm (array jobs on a cluster; see --option)."
 )
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "ok"),
+    (
+        EXIT_FAILED,
+        "the function raised, or some items failed with --on-error collect, or the results "
+        "could not be written (a result JSON cannot hold, a full disk)",
+    ),
+    (EXIT_USAGE, "bad usage or input"),
+    (EXIT_WORKER_DIED, "a worker died more often than --retries allows"),
+    (EXIT_RUN_DIR, "the run directory belongs to another computation"),
+    INTERRUPTED,
+    TERMINATED,
+)
 MAP_HELP = (
     "Apply MODULE:FUNC to every item of --input (JSON Lines) or every file of --glob, "
     "on every core, and write the results as JSON Lines.\n\n"
@@ -167,7 +186,9 @@ MAP_HELP = (
     "map",
     help=MAP_HELP,
     short_help="Apply a function to every line of a JSONL file, or every file, in parallel.",
-    epilog=EXIT_CODES_HELP,
+    epilog=exit_codes_help(
+        EXIT_CODES, "After 130 or 143, running again with the same --run-dir resumes."
+    ),
     no_args_is_help=True,
 )
 def map_command(

@@ -22,9 +22,15 @@ import typer
 from paralela._config import UNSET
 from paralela.cli._app import app
 from paralela.cli._errors import (
-    EXIT_CODES_HELP,
     EXIT_FAILED,
+    EXIT_OK,
+    EXIT_RUN_DIR,
     EXIT_USAGE,
+    EXIT_WORKER_DIED,
+    INTERRUPTED,
+    TERMINATED,
+    ExitCodes,
+    exit_codes_help,
     fail,
     handling_errors,
     resume_hint,
@@ -80,6 +86,21 @@ MAPREDUCE_HELP = (
     "mapper.py' --reducer 'python3 reducer.py' --input 'corpus/*.txt' --output counts/ "
     "(text part files of key<TAB>value lines, as Hadoop writes; key<TAB>value lines on "
     "stdout without --output)."
+)
+
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "ok"),
+    (
+        EXIT_FAILED,
+        "the mapper, combiner or reducer raised or returned something unusable (the "
+        "record or key is named), an input is unreadable or malformed, or the results "
+        "could not be written (a full disk, a value JSON cannot hold)",
+    ),
+    (EXIT_USAGE, "bad usage or input (a job without mapper or reducer, a missing extra)"),
+    (EXIT_WORKER_DIED, "a task's worker died more often than --retries allows"),
+    (EXIT_RUN_DIR, "the --run-dir belongs to another job"),
+    INTERRUPTED,
+    TERMINATED,
 )
 
 
@@ -141,7 +162,9 @@ def _print_text(result: Any) -> None:
     "mapreduce",
     help=MAPREDUCE_HELP,
     short_help="Map, shuffle by key and reduce over files (word counts, vocabularies).",
-    epilog=EXIT_CODES_HELP,
+    epilog=exit_codes_help(
+        EXIT_CODES, "With --run-dir, running the same command again resumes the job."
+    ),
     no_args_is_help=True,
 )
 def mapreduce_command(

@@ -28,6 +28,7 @@ __all__ = [
     "InputPaths",
     "ModelArgument",
     "Overwrite",
+    "PROGRAM_AFTER_OPTIONS",
     "backend_option",
     "check_backend",
     "json_option",
@@ -43,6 +44,15 @@ __all__ = [
     "timeout_min_option",
     "workers_option",
 ]
+
+PROGRAM_AFTER_OPTIONS: dict[str, Any] = {"allow_extra_args": True, "allow_interspersed_args": False}
+"""The context settings of a command that ends with a program and its arguments (the
+trial command of ``sweep``, the program of ``launch``, the work of ``scale``). The
+options before the program are the command's own and Click checks them as in any other
+command: an unknown one (``--trail 3``, ``--nporc 2``) is refused with "No such option:
+--x (Possible options: ...)", never taken for the program. The first token that is not
+an option, or everything after ``--``, is the program, and every token from there on is
+the program's (``launch train.py --epochs 3`` gives ``--epochs 3`` to train.py)."""
 
 WORKERS_HELP = "Worker count. Default: the CPUs this process may use (or PARALELA_WORKERS)."
 

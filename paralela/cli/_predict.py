@@ -18,9 +18,15 @@ import typer
 from paralela._config import UNSET
 from paralela.cli._app import app
 from paralela.cli._errors import (
-    EXIT_CODES_HELP,
     EXIT_FAILED,
+    EXIT_OK,
+    EXIT_RUN_DIR,
     EXIT_USAGE,
+    EXIT_WORKER_DIED,
+    INTERRUPTED,
+    TERMINATED,
+    ExitCodes,
+    exit_codes_help,
     fail,
     handling_errors,
     resume_hint,
@@ -72,6 +78,19 @@ PREDICT_HELP = (
     '"output"}, in input order; _SUCCESS is written last. With --run-dir, running again '
     "after a crash or Ctrl-C predicts only the unfinished shards."
 )
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "ok"),
+    (
+        EXIT_FAILED,
+        "the model raised or returned something unusable (the shard is named), or the "
+        "output could not be written (a full disk)",
+    ),
+    (EXIT_USAGE, "bad usage or input (MODULE:CLASS is not a model class, a missing extra)"),
+    (EXIT_WORKER_DIED, "a shard's worker died more often than --retries allows"),
+    (EXIT_RUN_DIR, "the --run-dir was made for another model, input or output"),
+    INTERRUPTED,
+    TERMINATED,
+)
 
 
 def _unwritable(exc: Exception) -> None:
@@ -95,7 +114,10 @@ def load_model(spec: str) -> Any:
     "predict",
     help=PREDICT_HELP,
     short_help="Batch prediction: a model class over files, on every core or GPU.",
-    epilog=EXIT_CODES_HELP,
+    epilog=exit_codes_help(
+        EXIT_CODES,
+        "With --run-dir, running the same command again predicts only the unfinished shards.",
+    ),
     no_args_is_help=True,
 )
 def predict_command(

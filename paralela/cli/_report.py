@@ -13,7 +13,15 @@ from typing import Annotated
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import handling_errors
+from paralela.cli._errors import (
+    EXIT_OK,
+    EXIT_USAGE,
+    INTERRUPTED,
+    TERMINATED,
+    ExitCodes,
+    exit_codes_help,
+    handling_errors,
+)
 
 REPORT_HELP = (
     "Write an HTML report of RUN_DIR: a timeline of the tasks on each worker, how busy "
@@ -26,7 +34,13 @@ REPORT_HELP = (
     "The page loads nothing from anywhere: it opens from disk, without a server or "
     "network. Its charts are also written next to it as report-*.png."
 )
-EPILOG = "Exit codes: 0 ok; 2 RUN_DIR missing, not a run directory, or unreadable."
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "ok"),
+    (EXIT_USAGE, "RUN_DIR missing, not a run directory, or unreadable"),
+    INTERRUPTED,
+    TERMINATED,
+)
+EPILOG = exit_codes_help(EXIT_CODES)
 
 
 @app.command(

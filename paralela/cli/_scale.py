@@ -19,13 +19,19 @@ import typer
 
 from paralela.cli._app import app
 from paralela.cli._errors import (
+    EXIT_FAILED,
+    EXIT_OK,
     EXIT_USAGE,
+    INTERRUPTED,
+    TERMINATED,
     USAGE_OR_FAILED,
+    ExitCodes,
+    exit_codes_help,
     fail,
     handling_errors,
     said_over_lines,
 )
-from paralela.cli._options import json_option, quiet_option, run_dir_option
+from paralela.cli._options import PROGRAM_AFTER_OPTIONS, json_option, quiet_option, run_dir_option
 
 __all__ = ["parse_workers", "scale_command"]
 
@@ -40,11 +46,14 @@ SCALE_HELP = (
     "Example: paralela scale --workers 1,2,4,8 --run-dir runs/scale -- paralela map "
     "features:extract --input items.jsonl --output out.jsonl"
 )
-EPILOG = (
-    "Exit codes: 0 measured (warnings about the numbers do not fail it); 1 the work "
-    "failed or timed out at some count; 2 bad usage; 130 interrupted; 143 stopped by "
-    "SIGTERM."
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "measured (warnings about the numbers do not fail it)"),
+    (EXIT_FAILED, "the work failed or timed out at some count"),
+    (EXIT_USAGE, "bad usage"),
+    INTERRUPTED,
+    TERMINATED,
 )
+EPILOG = exit_codes_help(EXIT_CODES)
 # One token like module:func, pkg.mod:Class.method or path/file.py:func: a function.
 _FUNCTION = re.compile(r"^[\w./\\-]+(\.py)?:[A-Za-z_][\w.]*$")
 
@@ -85,7 +94,7 @@ def _target(args: list[str]) -> Any:
     help=SCALE_HELP,
     short_help="Measure speed-up at several worker counts; fit Amdahl's law.",
     epilog=EPILOG,
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    context_settings=PROGRAM_AFTER_OPTIONS,
 )
 def scale_command(
     ctx: typer.Context,

@@ -18,8 +18,13 @@ import typer
 
 from paralela.cli._app import app
 from paralela.cli._errors import (
-    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
     EXIT_USAGE,
+    ExitCodes,
+    exit_codes_help,
     fail,
     handling_errors,
     said_over_lines,
@@ -39,6 +44,17 @@ SERVE_HELP = (
     "setup, GET /metrics is in Prometheus's format, /docs shows the API. It listens on "
     "127.0.0.1 unless --host says otherwise; give --token-file when it does. SIGINT or "
     "SIGTERM stops it after the requests in flight are answered."
+)
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "stopped by SIGINT (Ctrl-C) or SIGTERM once the requests in flight were answered"),
+    (EXIT_FAILED, "the server could not start or went down (a model worker's setup raised)"),
+    (
+        EXIT_USAGE,
+        "bad usage (MODULE:CLASS is not a model class, an unreadable --token-file, a "
+        "missing extra)",
+    ),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C) while the model still loaded, before serving"),
+    (EXIT_TERMINATED, "stopped by SIGTERM while the model still loaded, before serving"),
 )
 
 
@@ -70,7 +86,7 @@ def _parse_bytes(text: str) -> int:
     "serve",
     help=SERVE_HELP,
     short_help="Serve a model class over HTTP, with dynamic batching.",
-    epilog=EXIT_CODES_HELP,
+    epilog=exit_codes_help(EXIT_CODES),
     no_args_is_help=True,
 )
 def serve_command(

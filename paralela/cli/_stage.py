@@ -13,7 +13,17 @@ from typing import Annotated
 import typer
 
 from paralela.cli._app import app
-from paralela.cli._errors import EXIT_USAGE, fail, handling_errors
+from paralela.cli._errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    ExitCodes,
+    exit_codes_help,
+    fail,
+    handling_errors,
+)
 from paralela.cli._options import json_option, quiet_option, workers_option
 
 STAGE_HELP = (
@@ -25,12 +35,21 @@ STAGE_HELP = (
     "recorded in DEST/.paralela-stage.jsonl) are skipped, changed ones copied anew. "
     "--back copies DEST to SRC instead (results home)."
 )
-EPILOG = (
-    "Exit codes: 0 ok; 1 a file could not be copied or did not verify (each is named; "
-    "run the same command again to copy only those); 2 bad usage (SRC missing, DEST "
-    "inside SRC, DEST not writable, not enough space); 130 interrupted; 143 stopped by "
-    "SIGTERM (scancel, a time limit): finished files are kept, as after Ctrl-C."
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "ok"),
+    (
+        EXIT_FAILED,
+        "a file could not be copied or did not verify (each is named; run the same "
+        "command again to copy only those)",
+    ),
+    (EXIT_USAGE, "bad usage (SRC missing, DEST inside SRC, DEST not writable, not enough space)"),
+    (EXIT_INTERRUPTED, "interrupted"),
+    (
+        EXIT_TERMINATED,
+        "stopped by SIGTERM (scancel, a time limit): finished files are kept, as after Ctrl-C",
+    ),
 )
+EPILOG = exit_codes_help(EXIT_CODES)
 
 
 @app.command(

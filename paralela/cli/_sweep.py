@@ -12,13 +12,19 @@ import typer
 from paralela.cli._app import app
 from paralela.cli._errors import (
     EXIT_FAILED,
+    EXIT_OK,
+    EXIT_TERMINATED,
     EXIT_USAGE,
+    INTERRUPTED,
     USAGE_OR_FAILED,
+    ExitCodes,
+    exit_codes_help,
     fail,
     handling_errors,
     kept_from_notes,
 )
 from paralela.cli._options import (
+    PROGRAM_AFTER_OPTIONS,
     Gpus,
     json_option,
     progress_option,
@@ -45,12 +51,18 @@ SWEEP_HELP = (
     "per-trial submits one job per trial instead, from here; inside an allocation, plain "
     "paralela sweep uses the GPUs Slurm granted."
 )
-EPILOG = (
-    "Exit codes: 0 the sweep ran (failed trials are recorded, not fatal); 1 more trials "
-    "failed than --max-failures allows; 2 bad usage (space file, sampler, command not "
-    "found, GPUs); 130 interrupted, 143 stopped by SIGTERM (with --backend slurm: the "
-    "job was cancelled). Running the same command again continues the sweep."
+EXIT_CODES: ExitCodes = (
+    (EXIT_OK, "the sweep ran (failed trials are recorded, not fatal)"),
+    (EXIT_FAILED, "more trials failed than --max-failures allows, or every trial failed"),
+    (EXIT_USAGE, "bad usage (space file, sampler, command not found, GPUs)"),
+    INTERRUPTED,
+    (
+        EXIT_TERMINATED,
+        "stopped by SIGTERM (scancel, a Slurm time limit or preemption; with --backend "
+        "slurm: the job was cancelled)",
+    ),
 )
+EPILOG = exit_codes_help(EXIT_CODES, "Running the same command again continues the sweep.")
 
 SLURM = "Slurm (--backend slurm)"
 BACKENDS = ("processes", "slurm")
@@ -61,7 +73,7 @@ SLURM_MODES = ("pack", "per-trial")
     help=SWEEP_HELP,
     short_help="Hyperparameter sweep: one trial per device, pruning, resume.",
     epilog=EPILOG,
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    context_settings=PROGRAM_AFTER_OPTIONS,
 )
 def sweep(
     ctx: typer.Context,
