@@ -1,0 +1,60 @@
+"""Every lesson in examples/lessons/ runs in its short mode, like a gallery.
+
+A lesson is a script (``python examples/lessons/X.py``) that measures one technique and
+prints at least one line ``RESULT: <headline figure>``; its page, docs/lessons/<slug>.md,
+shows the figures of a full run. Scripts are discovered, so a new lesson is tested the
+moment it lands. Timings are printed, never asserted: speed lives in bench/.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSONS = ROOT / "examples" / "lessons"
+PAGES = ROOT / "docs" / "lessons"
+SCRIPTS = sorted(LESSONS.glob("*.py")) if LESSONS.is_dir() else []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_lesson_runs_in_its_short_mode(script: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALELA_")}
+    proc = subprocess.run(
+        [sys.executable, str(script), "--quick"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    output = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, f"{script.name} --quick exited {proc.returncode}\n{output}"
+    results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT: ")]
+    assert results, f"{script.name} printed no 'RESULT: ' line\n{output}"
+    assert all(line.removeprefix("RESULT: ").strip() for line in results), output
+    # Temporary files live in temp dirs the script removes, never in the working directory.
+    assert list(tmp_path.iterdir()) == [], f"{script.name} left files behind"
+
+
+def test_every_lesson_script_says_what_it_teaches_and_has_a_page() -> None:
+    assert SCRIPTS, "no lesson scripts in examples/lessons/"
+    for script in SCRIPTS:
+        text = script.read_text()
+        assert text.startswith('"""'), f"{script.name} has no module docstring"
+        assert "--quick" in text, f"{script.name} takes no --quick"
+        assert "RESULT: " in text, f"{script.name} prints no RESULT line"
+    index = (PAGES / "index.md").read_text()
+    pages = {p.name for p in PAGES.glob("*.md")} - {"index.md"}
+    for page in pages:
+        assert f"({page})" in index, f"docs/lessons/index.md does not link {page}"
+        text = (PAGES / page).read_text()
+        assert "python examples/lessons/" in text, f"{page} gives no command to reproduce"
+    # Each page names its script, and each script is named by a page.
+    named = {s.name for s in SCRIPTS if any(s.name in (PAGES / p).read_text() for p in pages)}
+    assert named == {s.name for s in SCRIPTS}, "scripts no page names"
