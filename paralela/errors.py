@@ -33,9 +33,10 @@ candidate of a comparison completed) in ``paralela.comparing``, ``ScalingError``
 
 from __future__ import annotations
 
+import difflib
 import pickle
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "WorkerDiedError",
     "add_note",
     "describe_exit",
+    "did_you_mean",
 ]
 
 
@@ -330,3 +332,40 @@ def add_note(exc: BaseException, note: str) -> None:
         exc.add_note(note)
     else:
         exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` Did you mean 'log'?`` for a mistyped ``word`` among ``choices`` (to append to
+    an error's message), or ``""`` when no choice is close.
+
+    A choice that is ``word`` with two neighbouring letters swapped is the one meant
+    (``lgo`` -> ``log``, not the as-close ``low``); otherwise every choice as close as
+    the closest is named (`` Did you mean 'lr' or 'l2'?``), not the first in the
+    alphabet. Close is difflib's measure (a ratio of at least 0.6), as Click's.
+    """
+    unique = list(dict.fromkeys(str(choice) for choice in choices))
+    swapped = [choice for choice in unique if _one_swap(word, choice)]
+    if swapped:
+        close = swapped
+    else:
+        ratios = {choice: difflib.SequenceMatcher(None, choice, word).ratio() for choice in unique}
+        best = max((r for r in ratios.values() if r >= 0.6), default=None)
+        close = [choice for choice, r in ratios.items() if r == best]
+    if not close:
+        return ""
+    names = [repr(choice) for choice in close]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return f" Did you mean {listed}?"
+
+
+def _one_swap(word: str, choice: str) -> bool:
+    """``choice`` is ``word`` with two neighbouring letters swapped."""
+    if len(word) != len(choice) or word == choice:
+        return False
+    differ = [i for i, (a, b) in enumerate(zip(word, choice, strict=True)) if a != b]
+    return (
+        len(differ) == 2
+        and differ[1] == differ[0] + 1
+        and word[differ[0]] == choice[differ[1]]
+        and word[differ[1]] == choice[differ[0]]
+    )

@@ -19,16 +19,15 @@ its traceback); a module that does not exist has none. Imports nothing of parale
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from paralela.errors import ConfigError
+from paralela.errors import ConfigError, did_you_mean
 
 __all__ = ["load_function", "load_object"]
 
@@ -48,20 +47,25 @@ def load_object(spec: str, *, who: str = "", dotted: bool = False, search_cwd: b
     return _load(spec, who, dotted, search_cwd, "NAME")
 
 
-def load_function(spec: str, *, who: str = "") -> Callable[..., Any]:
+def load_function(
+    spec: str, *, who: str = "", kind: Literal["function", "class"] = "function"
+) -> Callable[..., Any]:
     """:func:`load_object` for ``MODULE:FUNC`` (the current directory first on
     ``sys.path``), which must name something callable.
+
+    ``kind="class"`` is for ``MODULE:CLASS`` (a model class): the messages then say
+    CLASS, and a name the module lacks is answered with the classes it defines (else
+    with its functions), and the closest name.
 
     Raises:
         ConfigError: as :func:`load_object`, or the name is not callable.
     """
-    target = _load(spec, who, False, True, "FUNC")
+    target = _load(spec, who, False, True, "CLASS" if kind == "class" else "FUNC")
     if not callable(target):
         raise ConfigError(
             _said(
                 who,
-                f"{spec} is not a function (it is of type {type(target).__name__}); name a "
-                "function.",
+                f"{spec} is not a {kind} (it is of type {type(target).__name__}); name a {kind}.",
             )
         )
     return target  # type: ignore[no-any-return]
@@ -73,6 +77,10 @@ _EXAMPLES = {
         "or path/to/file.py:extract"
     ),
     "NAME": "sklearn.svm:SVC, mypkg.models:Model, or path/to/file.py:Model",
+    "CLASS": (
+        "models:Embedder (models.py in the current directory), mypkg.models:Embedder, "
+        "or path/to/file.py:Embedder"
+    ),
 }
 
 
@@ -107,11 +115,8 @@ def _load(spec: str, who: str, dotted: bool, search_cwd: bool, kind: str) -> Any
             target = getattr(target, part)
         except AttributeError:
             owner = ".".join([module_part, *attr.split(".")[:i]])
-            listing = _functions_in(module) if i == 0 else ""
-            close = difflib.get_close_matches(
-                part, [n for n in dir(target) if not n.startswith("_")], n=1
-            )
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            listing = _defined_in(module, "CLASS" if kind == "CLASS" else "FUNC") if i == 0 else ""
+            hint = did_you_mean(part, [n for n in dir(target) if not n.startswith("_")])
             raise ConfigError(
                 _said(who, f"{owner} has no attribute {part!r}.{listing}{hint}")
             ) from None
@@ -185,12 +190,16 @@ def _module_from_file(path_text: str, who: str, kind: str) -> Any:
     return module
 
 
-def _functions_in(module: Any) -> str:
+def _defined_in(module: Any, kind: str) -> str:
+    """`` Classes defined there: A, B.`` (``kind`` CLASS) or `` Functions defined
+    there: f, g.``: the public ones ``module`` defines itself (not those it imports)."""
+    wanted = inspect.isclass if kind == "CLASS" else inspect.isfunction
     names = sorted(
         name
         for name, value in vars(module).items()
-        if inspect.isfunction(value)
+        if wanted(value)
         and not name.startswith("_")
-        and value.__module__ == module.__name__
+        and getattr(value, "__module__", None) == module.__name__
     )
-    return f" Functions defined there: {', '.join(names)}." if names else ""
+    what = "Classes" if kind == "CLASS" else "Functions"
+    return f" {what} defined there: {', '.join(names)}." if names else ""

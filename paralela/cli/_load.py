@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from paralela import loading
 from paralela.cli._errors import EXIT_USAGE, fail, tail
@@ -19,14 +19,15 @@ from paralela.errors import ConfigError
 __all__ = ["load_function"]
 
 
-def load_function(spec: str) -> Callable[..., Any]:
-    """Import ``MODULE:FUNC`` or ``path/to/file.py:FUNC`` (``FUNC`` may be dotted).
+def load_function(spec: str, kind: Literal["function", "class"] = "function") -> Callable[..., Any]:
+    """Import ``MODULE:FUNC`` or ``path/to/file.py:FUNC`` (``FUNC`` may be dotted);
+    ``kind="class"`` for ``MODULE:CLASS`` (a typo lists the module's classes).
 
     The current directory is put first on ``sys.path``, as ``python -m`` does. Every
     problem exits with code 2 and a message saying what to do.
     """
     try:
-        return loading.load_function(spec)
+        return loading.load_function(spec, kind=kind)
     except ConfigError as exc:
         cause = exc.__cause__
         detail = None

@@ -103,7 +103,7 @@ def load_model(spec: str) -> Any:
     """The class ``spec`` names, checked (exit 2 with what to do when it is not a model)."""
     from paralela.serving import check_model
 
-    target = load_function(spec)
+    target = load_function(spec, kind="class")
     try:
         return check_model(target)
     except ParalelaError as exc:

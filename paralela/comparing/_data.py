@@ -18,7 +18,6 @@ is a regression target. Missing feature values stay NaN: HistGradientBoosting (a
 from __future__ import annotations
 
 import csv
-import difflib
 import io
 import math
 import os
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from paralela.errors import ConfigError
+from paralela.errors import ConfigError, did_you_mean
 
 __all__ = ["MAX_CLASSES", "MISSING", "is_classification", "load_table"]
 
@@ -95,8 +94,7 @@ def _column(header: list[str], target: str, path: Path) -> int:
             raise ConfigError(f"{path}, line 1: column {name!r} appears twice; rename one.")
     if target in header:
         return header.index(target)
-    close = difflib.get_close_matches(target, header, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(target, header)
     raise ConfigError(
         f"{path} has no column {target!r}.{hint} Its columns are: {', '.join(header)}. "
         "Pass the name of the column to predict as --target (target=)."

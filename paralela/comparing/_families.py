@@ -24,7 +24,6 @@ closest one, a parameter the estimator does not take with the ones it does).
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import os
 import re
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paralela.comparing._grids import GRIDS, grid_space
-from paralela.errors import ConfigError
+from paralela.errors import ConfigError, did_you_mean
 from paralela.loading import load_object
 from paralela.space import (
     Choice,
@@ -196,8 +195,7 @@ def resolve_estimator(spec: str, *, classification: bool, family: str = "") -> A
         return load_object(path, who=who, dotted=True, search_cwd=False)
     if ":" in spec or "." in spec:
         return load_object(spec, who=who, dotted=True, search_cwd=False)
-    close = difflib.get_close_matches(spec, ALIASES, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(spec, ALIASES)
     raise ConfigError(
         f"{who}unknown estimator alias {spec!r}.{hint} The aliases are: "
         f"{', '.join(ALIASES)}; or name the estimator's class, e.g. "
@@ -307,8 +305,7 @@ def _family(
         for param in _param_names(space):
             leaf = _leaf(param)
             if leaf not in accepted:
-                close = difflib.get_close_matches(leaf, accepted, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(leaf, accepted)
                 raise ConfigError(
                     f"Family {name!r}: {_describe(target)} has no parameter {leaf!r}.{hint} "
                     f"Its parameters are: {', '.join(sorted(accepted)) or '(none)'}."
@@ -422,8 +419,7 @@ def _is_space_mapping(data: Mapping[Any, Any]) -> bool:
 def _estimators_setting(settings: Mapping[str, Any], source: str) -> Mapping[str, Any]:
     unknown = [k for k in settings if k not in _SETTINGS]
     if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), _SETTINGS, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(str(unknown[0]), _SETTINGS)
         raise ConfigError(
             f"{source}: unknown setting {unknown[0]!r} next to params:.{hint} A comparison's "
             f"file holds params: (the choice of families) and {', '.join(_SETTINGS)}:."

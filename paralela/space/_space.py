@@ -8,14 +8,13 @@
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from paralela.errors import ConfigError
+from paralela.errors import ConfigError, did_you_mean
 from paralela.space._checks import (
     _NAME,
     _SCALARS,
@@ -68,8 +67,7 @@ def _param_from_spec(name: str, raw: object) -> Param:
     allowed = ("type", *required, *optional)
     for key in spec:
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(str(key), allowed)
             raise _Invalid(
                 name,
                 f"unknown key {key!r} for type {kind}; allowed keys are: "
