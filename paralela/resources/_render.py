@@ -106,6 +106,9 @@ def _gpus(res: Resources) -> Table:
     return table
 
 
+MAX_HOSTS_SHOWN = 32  # a larger allocation's host list is cut there (all in --json)
+
+
 def _slurm(res: Resources) -> Table:
     s = res.slurm
     if s is None:
@@ -116,6 +119,10 @@ def _slurm(res: Resources) -> Table:
         return table
     rows = [("job", s.job_id + (f" (array task {s.array_task_id})" if s.is_array else ""))]
     rows.append(("nodes", f"{s.nnodes}: {s.nodelist or '?'}"))
+    if s.nodes and list(s.nodes) != [s.nodelist]:  # node[1-3] -> node1, node2, node3
+        shown = ", ".join(s.nodes[:MAX_HOSTS_SHOWN])
+        more = len(s.nodes) - MAX_HOSTS_SHOWN
+        rows.append(("hosts", shown + (f" and {more} more (all in --json)" if more > 0 else "")))
     ranks = (s.procid, s.localid, s.nodeid)
     if any(r is not None for r in ranks):
         shown = " / ".join("?" if r is None else str(r) for r in ranks)
