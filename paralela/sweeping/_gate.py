@@ -145,7 +145,7 @@ except Exception as error:
     sys.exit(1)
 """.replace("PRELOAD_NAMES", repr(PRELOAD))
 
-_PYTHON = re.compile(r"python[0-9.]*")
+_PYTHON = re.compile(r"python[0-9.]*|\{python\}")  # {python}: the sweep's own
 
 
 def is_python_script(argv: Sequence[str]) -> bool:

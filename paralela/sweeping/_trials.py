@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -268,15 +269,24 @@ def placeholders(argv: Sequence[str]) -> set[str]:
     return {m.group(1) for arg in argv for m in _PLACEHOLDER.finditer(arg) if m.group(1)}
 
 
+PYTHON = "python"  # {python}: the driver's interpreter (sys.executable), unless a parameter
+
+
 def fill(arg: str, params: dict[str, Any]) -> str:
     """``arg`` with each ``{name}`` replaced by the parameter's value; by ``""`` for a
-    parameter of an option the trial did not choose (a conditional space)."""
+    parameter of an option the trial did not choose (a conditional space). ``{python}``
+    (when no parameter has that name) is the interpreter running the sweep: the whole
+    argument as it is, or shell-quoted inside a longer one (``sh -c "{python} t.py"``)."""
+    if arg == "{" + PYTHON + "}" and PYTHON not in params:
+        return sys.executable
 
     def value(match: re.Match[str]) -> str:
         token = match.group(0)
         if token in ("{{", "}}"):
             return token[0]
         name = match.group(1)
+        if name == PYTHON and name not in params:
+            return shlex.quote(sys.executable)
         return str(params[name]) if name in params else ""  # check_command knows the names
 
     return _PLACEHOLDER.sub(value, arg)
@@ -288,12 +298,13 @@ def check_command(argv: Sequence[str], param_names: Sequence[str]) -> None:
         raise ConfigError("The trial command is empty; give it after '--'.")
     import shutil
 
-    if shutil.which(argv[0]) is None and not Path(argv[0]).is_file():
+    program = fill(argv[0], {}) if argv[0] == "{" + PYTHON + "}" else argv[0]
+    if shutil.which(program) is None and not Path(program).is_file():
         raise ConfigError(
             f"Trial command not found: {argv[0]!r} is neither on PATH nor a file. "
             "Check the spelling, or give its full path."
         )
-    unknown = placeholders(argv) - set(param_names)
+    unknown = placeholders(argv) - {*param_names, PYTHON}
     if unknown:
         raise ConfigError(
             f"The trial command uses {', '.join('{' + u + '}' for u in sorted(unknown))}, "
