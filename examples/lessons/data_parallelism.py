@@ -111,7 +111,7 @@ def main() -> None:
     print()
     print(f"(pool start-up, done once before the runs above: {startup:.2f} s)")
     print(
-        f"RESULT: {len(heavy_items)} pure-Python items {speedup:.2f}x faster on {workers} "
+        f"RESULT: {len(heavy_items)} pure-Python items: speed-up {speedup:.2f}x on {workers} "
         f"processes; "
         f"{len(tiny_items):,} tiny items: chunksize=1 {one:.2f} s vs auto {auto:.3f} s "
         f"({one / auto:.0f}x faster bunched)"
