@@ -11,10 +11,8 @@ from paralela.backends import LOCAL_POOLS, Backend, get_backend, make_backend, w
 from paralela.errors import ConfigError, MapError, UnpicklableError
 from paralela.mapping._chunking import FixedChunker, make_chunker
 from paralela.mapping._engine import MapIterator, Packing, Plan
-from paralela.mapping._packed import remove_finished_pieces, run_packed
 from paralela.mapping._progress import make_progress
 from paralela.mapping._summary import Results
-from paralela.runs import RunStore, fingerprint_function, fingerprint_object
 from paralela.tasks import Job
 
 __all__ = ["check_picklable", "choose_backend", "imap", "map"]
@@ -68,6 +66,48 @@ def imap(
     is raised once the input is done. On a backend that packs tasks (Slurm) a generator
     is read into a list first: the number of items decides the size of the chunks.
     """
+    return MapIterator(
+        _plan(
+            fn,
+            items,
+            workers=workers,
+            backend=backend,
+            chunksize=chunksize,
+            ordered=ordered,
+            initializer=initializer,
+            initargs=initargs,
+            shared=shared,
+            on_error=on_error,
+            retries=retries,
+            run_dir=run_dir,
+            fingerprint=fingerprint,
+            progress=progress,
+            backend_options=backend_options,
+        )
+    )
+
+
+def _plan(
+    fn: Callable[..., R],
+    items: Iterable[Any],
+    *,
+    workers: int | Any | None = UNSET,
+    backend: str | Backend | Any = UNSET,
+    chunksize: int | Literal["auto"] = "auto",
+    ordered: bool = True,
+    initializer: Callable[..., Any] | None = None,
+    initargs: tuple[Any, ...] = (),
+    shared: Any = UNSET,
+    on_error: OnError = "raise",
+    retries: int | Any = UNSET,
+    run_dir: str | os.PathLike[str] | None = None,
+    fingerprint: str | None = None,
+    progress: bool | Any | None = UNSET,
+    backend_options: Mapping[str, Any] | None = None,
+    write_behind: bool = False,
+) -> Plan:
+    """The checked :class:`Plan` of a call to :func:`imap`, or of :func:`map` (which
+    takes the results only at the end: ``write_behind``)."""
     backend_obj, owns_backend = choose_backend(backend, workers, backend_options)
     if on_error not in ("raise", "collect"):
         raise ConfigError(f"on_error must be 'raise' or 'collect', got {on_error!r}.")
@@ -120,6 +160,8 @@ def imap(
         raise ConfigError("fingerprint= names the results kept in a run_dir=; pass run_dir= too.")
     store = None
     if run_dir is not None:
+        from paralela.runs import RunStore, fingerprint_function, fingerprint_object
+
         identity = {
             "function": fingerprint if fingerprint is not None else fingerprint_function(fn)
         }
@@ -131,12 +173,15 @@ def imap(
             {"kind": "map", "function_name": getattr(fn, "__qualname__", repr(fn)), "items": total},
         )
     bar = make_progress(resolve("progress", progress, None), total, getattr(fn, "__name__", "map"))
-    packing = Packing(run_packed, remove_finished_pieces) if packed else None
-    plan = Plan(
+    packing = None
+    if packed:
+        from paralela.mapping._packed import remove_finished_pieces, run_packed
+
+        packing = Packing(run_packed, remove_finished_pieces)
+    return Plan(
         backend_obj, job, items, total, chunker, ordered, n_retries, store, bar, packing,
-        owns_backend,
+        owns_backend, write_behind,
     )  # fmt: skip
-    return MapIterator(plan)
 
 
 def choose_backend(
@@ -244,7 +289,7 @@ def map(
     started (``processes`` backend); finished chunks are already in ``run_dir``.
     Inside a worker of another map, the default backend is ``"sequential"``.
     """
-    iterator: MapIterator[R] = imap(
+    plan = _plan(
         fn,
         items,
         workers=workers,
@@ -260,7 +305,9 @@ def map(
         fingerprint=fingerprint,
         progress=progress,
         backend_options=backend_options,
+        write_behind=True,
     )
+    iterator: MapIterator[R] = MapIterator(plan)
     values: list[R] = []
     try:
         for chunk in iterator.chunks():

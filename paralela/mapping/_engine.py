@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from paralela.backends import Backend, Broadcast, RemoteTraceback, TaskLoadError, using
 from paralela.errors import (
@@ -53,11 +53,15 @@ from paralela.errors import (
     WorkerDiedError,
     add_note,
 )
-from paralela.mapping._chunking import Chunker
+from paralela.mapping._chunking import AutoChunker, Chunker
+from paralela.mapping._failures import task_error, user_error
 from paralela.mapping._progress import NullProgress
+from paralela.mapping._storing import PendingStores
 from paralela.mapping._summary import ChunkTiming, MapSummary, record_timings
-from paralela.runs import ChunkRecord, RunStore, StoredChunk, digest_items
 from paralela.tasks import ChunkOutcome, ItemFailure, Job, run_chunk, short_repr
+
+if TYPE_CHECKING:  # the run store loads only for a run with a run_dir
+    from paralela.runs import ChunkRecord, RunStore
 
 __all__ = ["MapIterator", "Packing", "Plan", "run"]
 
@@ -94,6 +98,9 @@ class Plan:
     packed: Packing | None = None
     # The backend was made for this run alone (a map nested in a worker): stop it after.
     owns_backend: bool = False
+    # The caller takes the results only at the end (map, not imap): finished chunks are
+    # written to the run store by a thread of their own (paralela.mapping._storing).
+    write_behind: bool = False
 
 
 @dataclass
@@ -136,57 +143,6 @@ class MapIterator(Iterator[R], Generic[R]):
 
 def _worker_name(outcome: ChunkOutcome, isolated: bool) -> str:
     return str(outcome.pid) if isolated else f"{outcome.pid}:{outcome.thread}"
-
-
-def _task_error(f: ItemFailure) -> TaskError:
-    error = TaskError(
-        f.message,
-        index=f.index,
-        item_repr=f.item_repr,
-        remote_traceback=f.traceback,
-        exc_type=f.exc_type,
-    )
-    error.exception = f.exception
-    return error
-
-
-def user_error(f: ItemFailure, isolated: bool) -> BaseException:
-    """The exception to raise for a failed item: the user's own, of its own type, with
-    the item attached (``paralela_index``, ``paralela_item_repr`` and a note) and, from
-    another process, the remote traceback as its ``__cause__``. A :class:`TaskError`
-    when it could not be rebuilt here, or is not an ``Exception`` (a ``KeyboardInterrupt``
-    or ``SystemExit`` raised by the function must not pass for a Ctrl-C or an exit)."""
-    exc = f.exception
-    if not isinstance(exc, Exception) or isinstance(exc, TaskError):
-        return _task_error(f)
-    try:
-        exc.paralela_index = f.index  # type: ignore[attr-defined]
-        exc.paralela_item_repr = f.item_repr  # type: ignore[attr-defined]
-    except Exception:  # an exception type that refuses attributes
-        return _task_error(f)
-    add_note(exc, f"paralela: raised by fn on item {f.index} ({f.item_repr})")
-    if isolated and exc.__cause__ is None:
-        exc.__cause__ = RemoteTraceback(f.traceback)
-    return exc
-
-
-def failure_record(exc: BaseException) -> ItemFailure | None:
-    """The item failure that :func:`user_error` raised as ``exc`` (``None``: not one)."""
-    if isinstance(exc, TaskError):
-        if exc.index is None:
-            return None
-        return ItemFailure(
-            exc.index, exc.exc_type, str(exc.args[0]), exc.item_repr, exc.remote_traceback,
-            exc.exception,
-        )  # fmt: skip
-    index = getattr(exc, "paralela_index", None)
-    if not isinstance(index, int):
-        return None
-    cause = exc.__cause__
-    tb = cause.tb if isinstance(cause, RemoteTraceback) else ""
-    kind = f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins.")
-    item = str(getattr(exc, "paralela_item_repr", ""))
-    return ItemFailure(index, kind, str(exc), item, tb or repr(exc), exc)
 
 
 def _raise(exc: BaseException) -> NoReturn:
@@ -271,6 +227,16 @@ class _MapRun:
         self.finished: dict[int, ChunkRecord] = (
             plan.store.finished() if plan.store is not None else {}
         )
+        # Chunks that ran, on their way to the run store.
+        self.pending = (
+            PendingStores(
+                plan.store,
+                background=plan.write_behind,
+                merge=isinstance(plan.chunker, AutoChunker),
+            )
+            if plan.store is not None
+            else None
+        )
         self.resume_starts = sorted(self.finished)
         # Chunks submitted and not yet ended; results not yet yielded, by start index.
         self.inflight: dict[Future[ChunkOutcome], _Chunk] = {}
@@ -303,6 +269,7 @@ class _MapRun:
                         continue
                     break
                 self.wait_for_chunks()
+                self.write_stores()
                 self.fill()
             self.finish()
         except BaseException as exc:
@@ -375,6 +342,8 @@ class _MapRun:
     def resume_chunk(self, start: int) -> None:
         """The chunk at ``start`` was finished by an earlier run: read it, after checking
         that the input still holds the same items."""
+        from paralela.runs import digest_items
+
         store = self.plan.store
         assert store is not None
         stored = store.load(self.finished.pop(start))
@@ -443,30 +412,33 @@ class _MapRun:
             if self.plan.job.stop_at_first_error:
                 self.first_failure(chunk, outcome)
                 return
-            self.failures.extend(_task_error(f) for f in outcome.failures)
+            self.failures.extend(task_error(f) for f in outcome.failures)
         elif self.plan.store is not None and not outcome.stored:
             self.store(chunk, outcome)
         self.ready[chunk.start] = (chunk.end, outcome.results)
         self.progress(n)
 
     def store(self, chunk: _Chunk, outcome: ChunkOutcome) -> None:
-        """Write a chunk that ran without failures to the run directory."""
-        assert self.plan.store is not None
-        self.plan.store.write(
-            StoredChunk(
-                chunk.start,
-                chunk.end,
-                digest_items(chunk.items),
-                outcome.results,
-                {
-                    "started": outcome.started,
-                    "finished": outcome.finished,
-                    "worker": _worker_name(outcome, self.isolated),
-                    "host": outcome.host,
-                    "attempt": chunk.attempts,
-                },
-            )
+        """Keep a chunk that ran without failures for the run directory."""
+        assert self.pending is not None
+        self.pending.add(
+            chunk.start,
+            chunk.items,
+            outcome.results,
+            {
+                "started": outcome.started,
+                "finished": outcome.finished,
+                "worker": _worker_name(outcome, self.isolated),
+                "host": outcome.host,
+                "attempt": chunk.attempts,
+            },
         )
+
+    def write_stores(self) -> None:
+        """imap: write the chunks that ended, before their results are handed out (map's
+        are written behind, by a thread of their own)."""
+        if self.pending is not None and not self.plan.write_behind:
+            self.pending.flush()
 
     def first_failure(self, chunk: _Chunk, outcome: ChunkOutcome) -> None:
         """on_error="raise" and an item failed: raise at once (unordered), or keep the
@@ -583,10 +555,17 @@ class _MapRun:
         self.backend.forget(self.job_ref)
         self.plan.progress.close()
         self.summary.finish(time.perf_counter() - self.t0)
-        if self.plan.store is not None:
+        store, kept = self.plan.store, self.pending
+        if store is None or kept is None:
+            return
+        for what, write in (("finished chunks", kept.close), ("summary", self.summary_out)):
             try:
-                self.plan.store.write_summary(self.summary.to_dict())
-            except OSError as exc:  # a full disk: say so, but not instead of the run's error
+                write()
+            except OSError as exc:  # a full disk: say so, not instead of the run's error
                 if pending is None:
                     raise
-                add_note(pending, f"paralela: the run's summary could not be written: {exc}")
+                add_note(pending, f"paralela: the run's {what} could not be written: {exc}")
+
+    def summary_out(self) -> None:
+        assert self.plan.store is not None
+        self.plan.store.write_summary(self.summary.to_dict())

@@ -93,7 +93,8 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
     """
     from paralela.backends import Backend, make_backend
     from paralela.mapping._chunking import AutoChunker
-    from paralela.mapping._engine import Plan, failure_record, run
+    from paralela.mapping._engine import Plan, run
+    from paralela.mapping._failures import failure_record
     from paralela.mapping._progress import NullProgress
     from paralela.mapping._summary import MapSummary
     from paralela.runs import RunStore, StoredChunk, digest_items, fingerprint_function

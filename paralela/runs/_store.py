@@ -48,7 +48,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paralela._files import LOCK_NAME, TMP_PREFIX, atomic_write, create_exclusive, make_dirs
+from paralela._files import (
+    LOCK_NAME,
+    TMP_PREFIX,
+    atomic_write,
+    batched_dir_syncs,
+    create_exclusive,
+    make_dirs,
+)
 from paralela._version import __version__
 from paralela.backends import dumps
 from paralela.errors import FingerprintMismatchError, RunStoreError
@@ -338,18 +345,27 @@ class RunStore:
             RunStoreError: the directory cannot be written here (read-only media,
                 permissions). Other ``OSError`` (a full disk) pass through.
         """
-        name = f"{chunk.start:012d}-{chunk.end:012d}.pkl"
-        try:
-            atomic_write(self.chunks_dir / name, dumps(chunk))
-        except OSError as exc:
-            if exc.errno not in _CANNOT_WRITE:
-                raise
-            raise RunStoreError(
-                f"Cannot write {self.chunks_dir}: {exc.strerror}. Items "
-                f"{chunk.start}..{chunk.end - 1} were computed but cannot be stored; the "
-                f"chunks already in {self.path} are kept. To compute the rest, pass a "
-                "run_dir= on writable storage (a copy of this one keeps its results)."
-            ) from exc
+        self.write_many([chunk])
+
+    def write_many(self, chunks: list[StoredChunk]) -> None:
+        """Store finished chunks, each in its own file (synced, then renamed), and make
+        the renames durable with one sync of the directory for them all: a batch costs
+        one ``fsync`` a file and one more, not two a file. Raises as :meth:`write`."""
+        with batched_dir_syncs():
+            for chunk in chunks:
+                name = f"{chunk.start:012d}-{chunk.end:012d}.pkl"
+                try:
+                    atomic_write(self.chunks_dir / name, dumps(chunk))
+                except OSError as exc:
+                    if exc.errno not in _CANNOT_WRITE:
+                        raise
+                    raise RunStoreError(
+                        f"Cannot write {self.chunks_dir}: {exc.strerror}. Items "
+                        f"{chunk.start}..{chunk.end - 1} were computed but cannot be stored; "
+                        f"the chunks already in {self.path} are kept. To compute the rest, "
+                        "pass a run_dir= on writable storage (a copy of this one keeps its "
+                        "results)."
+                    ) from exc
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write ``summary.json``; skipped where the directory cannot be written (a
