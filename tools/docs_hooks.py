@@ -4,8 +4,12 @@ The guide pages link to ``../examples/train_ps.py`` or ``../bench/results/stage.
 right on GitHub, and in a checkout, but outside ``docs_dir``, so MkDocs cannot follow
 them (``--strict`` fails on them). This hook copies every such file into the site
 under ``repo/`` (a Python script as a file, a Markdown page as a page) and points the
-link there, so the site is whole on its own. A link to a file that does not exist is
-left as it is, and ``mkdocs build --strict`` fails on it as on any broken link.
+link there, so the site is whole on its own. A copied page's own links are followed
+the same way (``examples/README.md`` links every example and lesson page). A link to a
+file that does not exist is left as it is, and ``mkdocs build --strict`` fails on it as
+on any broken link.
+
+It also fills in the API index's table of ``paralela.__all__`` (``top_level_table``).
 """
 
 from __future__ import annotations
@@ -21,65 +25,77 @@ PREFIX = "repo"
 _LINK = re.compile(r"(\]\()([^)\s#]+)((?:#[^)\s]*)?\))")
 
 
-def _outside_targets(page_src: str, docs_dir: Path, root: Path, markdown: str) -> dict[str, str]:
-    """{link as written: the repository path it names} for links that leave docs_dir."""
+def _resolve(source: Path, markdown: str, docs_dir: Path, root: Path) -> dict[str, str]:
+    """{link as written: where it points in the site} for the links of the page whose
+    original file is ``source`` that need help: into docs/ from a copied page (a
+    docs-relative path), or out of docs/ to an existing repository file (``repo/...``)."""
     found = {}
-    page_dir = (docs_dir / page_src).parent
     for match in _LINK.finditer(markdown):
         target = match.group(2)
         if "://" in target or target.startswith(("/", "mailto:")):
             continue
-        resolved = (page_dir / target).resolve()
-        if resolved.is_relative_to(docs_dir) or not resolved.is_relative_to(root):
+        resolved = (source.parent / target).resolve()
+        if not resolved.is_relative_to(root):
             continue
-        if resolved.is_file():
-            found[target] = resolved.relative_to(root).as_posix()
+        if resolved.is_relative_to(docs_dir):
+            if not source.is_relative_to(docs_dir):  # a copied page linking back into docs/
+                found[target] = resolved.relative_to(docs_dir).as_posix()
+        elif resolved.is_file():
+            found[target] = f"{PREFIX}/{resolved.relative_to(root).as_posix()}"
     return found
 
 
+def _paths(config: Any) -> tuple[Path, Path]:
+    docs_dir = Path(config["docs_dir"]).resolve()
+    return docs_dir, Path(config["config_file_path"]).resolve().parent
+
+
 def on_files(files: Any, config: Any) -> Any:
-    """Add every repository file a page links to, under ``repo/``."""
+    """Add every repository file a page links to, under ``repo/``; a copied Markdown
+    page's own links are followed too."""
     from mkdocs.structure.files import File, InclusionLevel
 
-    docs_dir = Path(config["docs_dir"]).resolve()
-    root = Path(config["config_file_path"]).resolve().parent
-    wanted: set[str] = set()
-    for file in files.documentation_pages():
-        if file.abs_src_path is None:
-            continue
-        markdown = Path(file.abs_src_path).read_text(encoding="utf-8")
-        wanted.update(_outside_targets(file.src_uri, docs_dir, root, markdown).values())
-    for path in sorted(wanted):
-        copy = File.generated(
-            config,
-            f"{PREFIX}/{path}",
-            abs_src_path=str(root / path),
-            inclusion=InclusionLevel.NOT_IN_NAV,  # reached by its links, not the nav
-        )
-        files.append(copy)
+    docs_dir, root = _paths(config)
+    queue = [Path(f.abs_src_path) for f in files.documentation_pages() if f.abs_src_path]
+    added: set[str] = set()
+    while queue:
+        source = queue.pop()
+        markdown = source.read_text(encoding="utf-8")
+        for uri in _resolve(source, markdown, docs_dir, root).values():
+            if not uri.startswith(f"{PREFIX}/") or uri in added:
+                continue
+            added.add(uri)
+            path = root / uri.removeprefix(f"{PREFIX}/")
+            copy = File.generated(
+                config,
+                uri,
+                abs_src_path=str(path),
+                inclusion=InclusionLevel.NOT_IN_NAV,  # reached by its links, not the nav
+            )
+            files.append(copy)
+            if path.suffix == ".md":
+                queue.append(path)
     return files
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Point the links that leave docs_dir at the copies ``on_files`` added; fill in
-    the API index's table of top-level names."""
+    """Point the links ``_resolve`` finds at their place in the site; fill in the API
+    index's table of top-level names."""
     if page.file.src_uri == API_INDEX:
         markdown = _fill_api_index(markdown)
     if page.file.abs_src_path is None:
         return markdown
-    docs_dir = Path(config["docs_dir"]).resolve()
-    root = Path(config["config_file_path"]).resolve().parent
-    targets = _outside_targets(page.file.src_uri, docs_dir, root, markdown)
+    docs_dir, root = _paths(config)
+    targets = _resolve(Path(page.file.abs_src_path), markdown, docs_dir, root)
     if not targets:
         return markdown
-    page_dir = posixpath.dirname(page.file.src_uri)
+    page_dir = posixpath.dirname(page.file.src_uri) or "."
 
     def rewrite(match: re.Match[str]) -> str:
-        path = targets.get(match.group(2))
-        if path is None:
+        uri = targets.get(match.group(2))
+        if uri is None:
             return match.group(0)
-        new = posixpath.relpath(f"{PREFIX}/{path}", page_dir or ".")
-        return f"{match.group(1)}{new}{match.group(3)}"
+        return f"{match.group(1)}{posixpath.relpath(uri, page_dir)}{match.group(3)}"
 
     return _LINK.sub(rewrite, markdown)
 
