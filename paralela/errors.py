@@ -33,7 +33,6 @@ candidate of a comparison completed) in ``paralela.comparing``, ``ScalingError``
 
 from __future__ import annotations
 
-import difflib
 import pickle
 import signal
 from collections.abc import Iterable, Sequence
@@ -348,6 +347,8 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     if swapped:
         close = swapped
     else:
+        import difflib  # only for an error's message: every worker imports this module
+
         ratios = {choice: difflib.SequenceMatcher(None, choice, word).ratio() for choice in unique}
         best = max((r for r in ratios.values() if r >= 0.6), default=None)
         close = [choice for choice, r in ratios.items() if r == best]

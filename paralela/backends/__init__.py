@@ -42,16 +42,16 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from paralela.backends._base import (
-    Backend,
-    Broadcast,
-    Capabilities,
-    RemoteTraceback,
-    usable_cpus,
-)
 from paralela.errors import ConfigError
 
 if TYPE_CHECKING:
+    from paralela.backends._base import (
+        Backend,
+        Broadcast,
+        Capabilities,
+        RemoteTraceback,
+        usable_cpus,
+    )
     from paralela.backends._context import mark_process_worker, worker_share
     from paralela.backends._environment import SLOT_VARIABLE, thread_limits_env, worker_envs
     from paralela.backends._groups import group_alive, kill_group, stop_group, stop_groups
@@ -107,8 +107,15 @@ __all__ = [
     "zero_copy_available",
 ]
 
-# Public names from heavier modules, imported on first use (PEP 562).
+# Public names, imported on first use (PEP 562): a worker process imports this package
+# before its own module (_worker), and must not pay for concurrent.futures or dataclasses
+# (_base) that only the driver's side uses.
 _LAZY: dict[str, str] = {
+    "Backend": "_base",
+    "Broadcast": "_base",
+    "Capabilities": "_base",
+    "RemoteTraceback": "_base",
+    "usable_cpus": "_base",
     "mark_process_worker": "_context",
     "worker_share": "_context",
     "SLOT_VARIABLE": "_environment",
@@ -229,6 +236,8 @@ def get_backend(
         ConfigError: unknown backend name, ``workers`` below 1, options or slots for a
             backend that takes none, or options the backend rejects.
     """
+    from paralela.backends._base import Backend
+
     if isinstance(backend, Backend):
         if options or slots is not None:
             raise ConfigError(
@@ -332,6 +341,8 @@ def using(backend: Backend) -> Iterator[Backend]:
             if left:
                 _runs[id(backend)] = left
             elif not _keeping:
+                from paralela.backends._base import usable_cpus
+
                 oversized = backend.effective_workers() > usable_cpus()
                 for key, shared in list(_shared.items()):
                     if shared is backend and key[0] in LOCAL_POOLS and oversized:

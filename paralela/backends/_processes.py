@@ -37,10 +37,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import CancelledError, Future
-from multiprocessing.connection import Connection, wait
 from typing import Any, ClassVar, TypeVar
 
 from paralela.backends._base import Backend, Broadcast, Capabilities, RemoteTraceback, usable_cpus
+from paralela.backends._connection import Connection, wait
 from paralela.backends._environment import worker_envs
 from paralela.backends._wire import (
     RETIRED_TAG,

@@ -40,10 +40,9 @@ import queue
 import signal
 import sys
 import threading
-import traceback
-from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
+from paralela.backends._connection import Connection
 from paralela.backends._context import mark_process_worker
 from paralela.backends._wire import (
     IDLE_SECONDS,
@@ -139,6 +138,8 @@ def _ignore_stop_signal(signum: int, frame: Any) -> None:
 
 
 def _error_reply(task_id: int, exc: BaseException) -> bytes:
+    import traceback  # only on failure: workers start without it
+
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
     exc_bytes: bytes | None
@@ -151,6 +152,8 @@ def _error_reply(task_id: int, exc: BaseException) -> bytes:
 
 
 def _format(exc: BaseException) -> str:
+    import traceback  # only on failure: workers start without it
+
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 

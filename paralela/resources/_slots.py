@@ -21,11 +21,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paralela.errors import ConfigError
-from paralela.resources._detect import Resources
-from paralela.resources._gpus import GpuInfo
+
+if TYPE_CHECKING:  # only named in annotations: importing _slots stays cheap (worker envs)
+    from paralela.resources._detect import Resources
+    from paralela.resources._gpus import GpuInfo
 
 __all__ = ["THREAD_VARIABLES", "Slot", "make_slots"]
 

@@ -7,7 +7,6 @@ import pickle
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -162,6 +161,8 @@ class Job:
 
 
 def _failure(index: int, item: Any, exc: BaseException) -> ItemFailure:
+    import traceback  # only on failure: workers start without it
+
     return ItemFailure(
         index=index,
         exc_type=f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),

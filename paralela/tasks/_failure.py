@@ -16,7 +16,6 @@ Used by ``mapreduce`` (a map or reduce task, also shipped through Spark) and ``p
 from __future__ import annotations
 
 import pickle
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +59,8 @@ def carry(error: ParalelaError, cause: BaseException | None) -> TaskFailed:
     """``error`` in a :class:`TaskFailed`, with ``cause`` and its formatted traceback."""
     tb = ""
     if cause is not None:
+        import traceback  # only on failure: workers start without it
+
         tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
     return TaskFailed(error, cause, tb)
 
