@@ -346,3 +346,32 @@ def test_the_newest_revision_is_read_only_from_a_plain_chain(
             lines.append(f"down_revision = {parent}")
         (tmp_path / f"{name}.py").write_text("\n".join([*lines, "branch_labels = None", ""]))
     assert alembic_head(tmp_path) == head
+
+
+def test_a_parameter_is_checked_against_the_studys_earlier_value_as_optuna_does(
+    tmp_path: Path,
+) -> None:
+    """The driver writes a parameter's first value itself (one statement), after the
+    check Optuna makes: the study's earlier value of that name, written by another
+    process, has a compatible distribution; else nothing is written."""
+    path = tmp_path / "s.db"
+    driver_study(path)  # the database, as the sweep creates it
+    theirs = optuna.load_study(study_name="s", storage=url(path))
+    t = theirs.ask({"x": FloatDistribution(0.0, 1.0)})
+    theirs.tell(t, 1.0)
+    ours = driver_study(path)
+    with pytest.raises(ValueError, match="Cannot set different distribution kind"):
+        ours.ask({"x": CategoricalDistribution(["a", "b"])})
+    fresh = optuna.load_study(study_name="s", storage=url(path))
+    assert [t.params for t in fresh.trials] == [t.params, {}]  # the refused value is not there
+    compatible = ours.ask({"x": FloatDistribution(0.0, 1.0), "y": IntDistribution(1, 3)})
+    fresh = optuna.load_study(study_name="s", storage=url(path))
+    assert fresh.trials[-1].params == compatible.params
+
+
+def test_a_new_database_appears_whole_under_its_name(tmp_path: Path) -> None:
+    """It is made under a temporary name and renamed into place: nothing else is left."""
+    storage = open_storage(url(tmp_path / "study.db"), wal=True)
+    storage.engine.dispose()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["study.db"]
+    assert journal_mode(tmp_path / "study.db") == "wal"

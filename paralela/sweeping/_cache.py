@@ -40,7 +40,11 @@ from collections.abc import Callable, Container, Sequence
 from datetime import datetime
 from typing import Any
 
-from optuna.distributions import check_distribution_compatibility, distribution_to_json
+from optuna.distributions import (
+    check_distribution_compatibility,
+    distribution_to_json,
+    json_to_distribution,
+)
 from optuna.storages import RDBStorage, _CachedStorage
 from optuna.storages._cached_storage import _StudyInfo
 from optuna.trial import FrozenTrial, TrialState
@@ -194,8 +198,25 @@ class DriverStorage(_CachedStorage):
             key = self._trial_id_to_study_id_and_number.get(trial_id)
             study = None if key is None else self._studies[key[0]]
             first = None if study is None else study.param_distribution.get(param_name)
-        if trial is None or first is None or param_name in trial.params:
+        if trial is None or param_name in trial.params:
             super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+        elif first is None:  # checked against the study's earlier value, as Optuna does
+            assert self._sql is not None
+            assert key is not None  # (_own_running found it cached)
+
+            def check(earlier: str) -> None:
+                check_distribution_compatibility(json_to_distribution(earlier), distribution)
+
+            self._sql.first_param(
+                key[0],
+                trial_id,
+                param_name,
+                param_value_internal,
+                distribution_to_json(distribution),
+                check,
+            )
+            with self._lock:  # as Optuna's cache remembers it
+                self._studies[key[0]].param_distribution.setdefault(param_name, distribution)
         else:
             check_distribution_compatibility(first, distribution)  # as Optuna's cache does
             assert self._sql is not None

@@ -139,6 +139,7 @@ def run_trials(
                 dumps(study.pruner),
                 sampler=dumps(study.sampler) if define_by_run else None,
                 seed=seed,
+                wal=_synchronous_normal(study),
             )
         )
     limit = None if budget.n_trials is None else max(0, budget.n_trials - already_counted)
@@ -578,6 +579,24 @@ def _command_outcome(run: _Running, returncode: int) -> TrialOutcome:
     return TrialOutcome(
         number, state, values, handle.started, now, error, returncode, handle.devices
     )
+
+
+def _synchronous_normal(study: Any) -> bool:
+    """The driver commits to its SQLite database with ``synchronous=NORMAL`` (its own
+    database in the run directory, in WAL mode): its workers then commit the same way."""
+    engine = getattr(getattr(study._storage, "backend", None), "engine", None)
+    if engine is None or engine.dialect.name != "sqlite":
+        return False
+    connection = engine.raw_connection()
+    try:
+        cursor = connection.cursor()
+        try:
+            row = cursor.execute("PRAGMA synchronous").fetchone()
+        finally:
+            cursor.close()
+    finally:
+        connection.close()  # back to the pool
+    return row is not None and int(row[0]) == 1  # NORMAL
 
 
 def _handed_over(futures: list[Any]) -> None:

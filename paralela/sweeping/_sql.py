@@ -102,6 +102,44 @@ class TrialWriter:
             ("trial_id", "step", "intermediate_value", "intermediate_value_type"),
             dialect,
         )
+        reports = models.TrialIntermediateValueModel.__table__
+        params = models.TrialParamModel.__table__
+        self._earlier_param = (
+            f"SELECT {params.name}.{params.c.distribution_json.name} FROM {params.name} "
+            f"JOIN {trials.name} ON {trials.name}.{trials.c.trial_id.name} = "
+            f"{params.name}.{params.c.trial_id.name} WHERE {trials.name}.{trials.c.study_id.name}"
+            f" = ? AND {params.name}.{params.c.param_name.name} = ? LIMIT 1"
+        )
+        self._report_if_running = (
+            self._report.sql.replace(" VALUES (", " SELECT ").removesuffix(")")
+            + f" WHERE EXISTS (SELECT 1 FROM {trials.name} WHERE {trials.c.trial_id.name} = ?"
+            f" AND {trials.c.state.name} = ?) AND NOT EXISTS (SELECT 1 FROM {reports.name}"
+            f" WHERE {reports.c.trial_id.name} = ? AND {reports.c.step.name} = ?)"
+        )
+        self._count_finished = (
+            f"SELECT count(*) FROM {trials.name} WHERE {trials.c.study_id.name} = ? "
+            f"AND {trials.c.state.name} IN (?, ?, ?)"
+        )
+
+    def report_if_running(
+        self, trial_id: int, step: int, value: float
+    ) -> tuple[str, tuple[Any, ...]]:
+        """One statement (and its arguments) that adds the trial's value at ``step``, only
+        if the trial still runs and has no value at that step yet (else it adds nothing:
+        Optuna's own write then raises or updates, as it would have)."""
+        stored, kind = models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(value)
+        return self._report_if_running, (
+            *self._report.row(trial_id, step, stored, kind),
+            trial_id,
+            self._state(TrialState.RUNNING),
+            trial_id,
+            step,
+        )
+
+    def count_finished(self, study_id: int) -> tuple[str, tuple[Any, ...]]:
+        """One statement (and its arguments) that counts the study's finished trials."""
+        finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        return self._count_finished, (study_id, *(self._state(s) for s in finished))
 
     @staticmethod
     def usable(engine: Any) -> bool:
@@ -154,6 +192,28 @@ class TrialWriter:
     def param(self, trial_id: int, name: str, internal: float, distribution_json: str) -> None:
         row = self._param.row(trial_id, name, internal, distribution_json)
         self._run(lambda cursor: cursor.execute(self._param.sql, row))
+
+    def first_param(
+        self,
+        study_id: int,
+        trial_id: int,
+        name: str,
+        internal: float,
+        distribution_json: str,
+        check: Callable[[str], None],
+    ) -> None:
+        """The first value of parameter ``name`` this driver writes: as Optuna does, the
+        distribution of the study's earlier value of ``name``, if any, is first handed to
+        ``check`` (which raises if the two are incompatible: nothing is written)."""
+        row = self._param.row(trial_id, name, internal, distribution_json)
+
+        def work(cursor: Any) -> None:
+            earlier = cursor.execute(self._earlier_param, (study_id, name)).fetchone()
+            if earlier is not None:
+                check(str(earlier[0]))
+            cursor.execute(self._param.sql, row)
+
+        self._run(work)
 
     def system_attr(self, trial_id: int, key: str, value: Any) -> None:
         row = self._attr.row(trial_id, key, json.dumps(value))

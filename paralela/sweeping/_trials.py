@@ -99,6 +99,9 @@ class FunctionJob:
     # worker, with the sweep's sampler (pickled; ``None`` for ``objective(params)``).
     sampler: bytes | None = None
     seed: int | None = None
+    # The sweep's own database, in WAL mode: the worker commits as the driver does
+    # (``synchronous=NORMAL``, see paralela.studies.open_storage).
+    wal: bool = False
     _study: Any = field(default=None, repr=False)
 
     @property
@@ -115,6 +118,7 @@ class FunctionJob:
 
             from paralela.backends import loads
             from paralela.studies import open_storage
+            from paralela.sweeping._worker_storage import worker_storage
 
             sampler = None if self.sampler is None else loads(self.sampler)
             if sampler is not None and self.seed is None:
@@ -123,7 +127,9 @@ class FunctionJob:
                 sampler.reseed_rng()
             self._study = optuna.load_study(
                 study_name=self.study_name,
-                storage=open_storage(self.storage_spec, checked=True),
+                storage=worker_storage(
+                    open_storage(self.storage_spec, checked=True, wal=self.wal), wal=self.wal
+                ),
                 pruner=loads(self.pruner),
                 sampler=sampler,
             )
