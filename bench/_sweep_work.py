@@ -109,6 +109,30 @@ OBJECTIVES: dict[str, Callable[[dict[str, Any]], float]] = {
 }
 
 
+# Steps of the reporting objective: each reports its value and asks the pruner.
+REPORT_STEPS = 100
+
+
+def reporting_objective(trial: Any) -> float:
+    """A define-by-run (Optuna-style) objective that only reports: ``REPORT_STEPS``
+    times ``trial.report(value, step)`` then ``trial.should_prune()``, no other work, so
+    its time is the cost of reporting. Every trial reports the same curve (1 / (step+1)),
+    so a median pruner never prunes and every trial makes every report; the result is
+    ``value(params)``."""
+    params = {
+        "x": trial.suggest_float("x", -10.0, 10.0),
+        "lr": trial.suggest_float("lr", 1e-5, 1.0, log=True),
+        "layers": trial.suggest_int("layers", 1, 4),
+    }
+    for step in range(REPORT_STEPS):
+        trial.report(1.0 / (step + 1), step)
+        if trial.should_prune():
+            import optuna
+
+            raise optuna.TrialPruned()
+    return value(params)
+
+
 def ray_trainable(config: dict[str, Any]) -> None:
     """Ray Tune function trainable: ``config["objective"]`` names the objective."""
     from ray import tune

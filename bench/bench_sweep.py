@@ -592,6 +592,127 @@ def _record_lags(trials: Sequence[Any], stamps_path: str) -> dict[str, float]:
     }
 
 
+# ============================================================ define-by-run reporting
+# An Optuna-style objective(trial) that reports REPORT_STEPS values, each followed by
+# should_prune() (bench/_sweep_work.py reporting_objective): the cost of reporting.
+REPORT_ROWS = {
+    "report_optuna_mem": "optuna {optuna}: study.optimize(n_jobs=2), InMemoryStorage",
+    "report_optuna_sqlite": "optuna {optuna}: study.optimize(n_jobs=2), storage sqlite:///file "
+    "(Optuna's defaults); start-up = create_study",
+    "report_paralela": "paralela.sweep(objective(trial), n_trials=N, workers=2, run_dir=fresh "
+    "tmp dir, progress=False, plots=False): define-by-run, SQLite in run_dir; its wall "
+    "includes its start-up (workers import optuna on their first trial)",
+}
+REPORT_TRIALS = {"full": 40, "quick": 20}
+TARGET_REPORT_RATIO = 1.2  # paralela's ms per report / Optuna with SQLite's, at most
+
+
+def run_reporting(job: Job) -> Outcome:
+    """One reporting row: ``job.spec`` names the engine."""
+    import _sweep_work
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    objective = _sweep_work.reporting_objective
+    startup = None
+    if job.spec == "report_paralela":
+        from optuna.storages._rdb import models  # noqa: F401  (as in run_paralela)
+
+        import paralela
+        import paralela.sweeping._api
+
+        run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=job.workdir))
+        call_start = time.time()
+        t0 = time.perf_counter()
+        result = paralela.sweep(
+            objective, n_trials=job.trials, workers=WORKERS, run_dir=str(run_dir),
+            progress=False, plots=False,
+        )  # fmt: skip
+        wall = time.perf_counter() - t0
+        states = [str(t.state).rsplit(".", 1)[-1].upper() for t in result.trials]
+        best = result.best_value
+    else:
+        sqlite = job.spec == "report_optuna_sqlite"
+        storage = f"sqlite:///{job.workdir / 'study.db'}" if sqlite else None
+        t0 = time.perf_counter()
+        study = optuna.create_study(
+            storage=storage, study_name=job.spec, pruner=optuna.pruners.MedianPruner()
+        )
+        startup = time.perf_counter() - t0
+        call_start = time.time()
+        t0 = time.perf_counter()
+        study.optimize(objective, n_trials=job.trials, n_jobs=WORKERS)
+        wall = time.perf_counter() - t0
+        states = [t.state.name for t in study.trials]
+        best = study.best_value
+    done = states.count("COMPLETE")
+    return Outcome(
+        wall, call_start, best, done, startup,
+        notes={"states": {st: states.count(st) for st in sorted(set(states))}},
+    )  # fmt: skip
+
+
+def reporting_section(
+    tmp: str, mode_name: str, wait_s: float, versions: dict[str, str], log: Callable[[str], None]
+) -> str:
+    """The reporting rows, one child each, and their table against the target."""
+    n = REPORT_TRIALS[mode_name]
+    steps = _reporting_steps()
+    results: dict[str, Row] = {}
+    for name in REPORT_ROWS:
+        row = Row(Spec(name, REPORT_ROWS[name]), "report", n, n, 0.0)
+        if wait_s > 0:
+            wait_quiet(wait_s, log)
+        run_row(row, {"ray_budget": 0, "timeout": 600}, tmp)
+        results[name] = row
+        ms = _ms_per_report(row, steps)
+        shown = row.problem or f"wall {sig(float(row.out['wall']))} s, {sig(ms)} ms per report"
+        log(f"[report] {name}: {shown} (other load {row.other_cores or 0:.2f} cores)")
+    base = _ms_per_report(results["report_optuna_sqlite"], steps)
+    out = []
+    for name, row in results.items():
+        ms = _ms_per_report(row, steps)
+        ratio = None if ms is None or not base else ms / base
+        target = "-"
+        if name == "report_paralela":
+            target = f"≤ {TARGET_REPORT_RATIO}x optuna SQLite: " + (
+                "?" if ratio is None else ("met" if ratio <= TARGET_REPORT_RATIO else "MISSED")
+            )
+        wall = row.out.get("wall")
+        out.append([
+            f"`{name}`", row.problem or str(row.done), "-" if wall is None else sig(wall),
+            _s(ms), "-" if ratio is None else f"{ratio:.2f}", _s(row.out.get("startup")),
+            f"{row.other_cores or 0:.2f}", target,
+            _what(row, versions, 0).replace("{", "(").replace("}", ")"),
+        ])  # fmt: skip
+    headers = [
+        "run", "complete trials", "wall s", "ms per report", "vs optuna SQLite", "start-up s",
+        "other load (cores)", "target", "what",
+    ]  # fmt: skip
+    return (
+        f"## Define-by-run reporting: {n} trials of {steps} reports on {WORKERS} slots\n\n"
+        f"The objective (`bench/_sweep_work.py` `reporting_objective`) samples 3 parameters, "
+        f"then {steps} times `trial.report(value, step)` and `trial.should_prune()` with a "
+        "median pruner, and no other work; every trial reports the same curve, so none is "
+        "pruned. ms per report = wall x 2 slots / (complete trials x steps): the slot time "
+        "one report costs. Each row alone in a fresh child process, once.\n\n"
+        + md_table(headers, out)
+    )
+
+
+def _reporting_steps() -> int:
+    import _sweep_work
+
+    return int(_sweep_work.REPORT_STEPS)
+
+
+def _ms_per_report(row: Row, steps: int) -> float | None:
+    wall = row.out.get("wall")
+    if row.problem or not wall or not row.done:
+        return None
+    return float(wall) * WORKERS / (row.done * steps) * 1e3
+
+
 def run_serial(job: Job) -> dict[str, Any]:
     """The objective alone, one call after another (no stamps)."""
     os.environ.pop("SWEEP_STAMPS", None)
@@ -633,6 +754,8 @@ def child_main(args: argparse.Namespace) -> int:
                 res = run_optuna(job, sampler, store == "sqlite")
             elif name in ("ray_tune", "ray_tune_reuse"):
                 res = run_ray_tune(job, reuse=name == "ray_tune_reuse")
+            elif name in REPORT_ROWS:
+                res = run_reporting(job)
             elif name in ("paralela_fn", "paralela_cmd"):
                 res = run_paralela(job, name.removeprefix("paralela_"))
             else:
@@ -1097,7 +1220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--only", default="", help="comma-separated rows (ppe, optuna_tpe_sqlite_cpu...)"
     )
-    ap.add_argument("--objective", default="sleep,cpu", help="comma-separated: sleep, cpu")
+    ap.add_argument(
+        "--objective",
+        default="sleep,cpu,report",
+        help="comma-separated: sleep, cpu, report (the define-by-run reporting rows)",
+    )
     ap.add_argument("--out", default=str(RESULTS), help="Markdown file to write")
     ap.add_argument(
         "--wait-quiet",
@@ -1131,11 +1258,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         mode["ray_budget"] = args.ray_budget
         mode["timeout"] = max(mode["timeout"], args.ray_budget + 120)
     objectives = [o.strip() for o in args.objective.split(",") if o.strip()]
-    bad = sorted(set(objectives) - {"sleep", "cpu"})
+    bad = sorted(set(objectives) - {"sleep", "cpu", "report"})
     if bad:
-        ap.error(f"unknown objective(s) {', '.join(bad)}; valid: sleep, cpu")
+        ap.error(f"unknown objective(s) {', '.join(bad)}; valid: sleep, cpu, report")
+    reporting = "report" in objectives
+    objectives = [o for o in objectives if o != "report"]
     only = {o.strip() for o in args.only.split(",") if o.strip()}
     known = {s.name for s in SPECS} | {f"{s.name}_{o}" for s in SPECS for o in ("sleep", "cpu")}
+    known |= set(REPORT_ROWS)
     if only - known:
         valid = ", ".join(s.name for s in SPECS)
         ap.error(f"unknown row(s) {', '.join(sorted(only - known))}; valid: {valid}")
@@ -1157,7 +1287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (" --quick" if args.quick else "")
         + (" --all" if args.all else "")
         + (f" --only {args.only}" if args.only else "")
-        + (f" --objective {args.objective}" if args.objective != "sleep,cpu" else "")
+        + (f" --objective {args.objective}" if args.objective != "sleep,cpu,report" else "")
         + (f" --ray-trials {args.ray_trials}" if args.ray_trials else "")
         + (f" --ray-budget {args.ray_budget:g}" if args.ray_budget else "")
         + "`. Peers' set-up follows the peers' anchor figures, measured on this kind of "
@@ -1246,6 +1376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             body = table(rows, not args.quick, versions, mode["ray_budget"])
             head = headline(rows)
             sections.append(f"## {title}\n\n{body}" + (f"\n\n{head}" if head else ""))
+        if reporting and (not only or only & set(REPORT_ROWS)):
+            mode_name = "quick" if args.quick else "full"
+            sections.append(reporting_section(tmp, mode_name, args.wait_quiet, versions, log))
     write_results(args.out, sections, time.perf_counter() - t_start, log)
     return 0
 
