@@ -26,7 +26,7 @@ COMMANDS = {
     command.name or command.callback.__name__: command
     for command in app.registered_commands
     if command.callback
-}  # type: ignore[union-attr]
+}
 
 
 def flat(text: str) -> str:
@@ -103,9 +103,11 @@ def exit_names_used(module: ModuleType, seen: set[str] | None = None) -> set[str
         for n in ast.walk(tree)
         if isinstance(n, ast.Name) and n.id.startswith("EXIT_") and n.id != "EXIT_CODES"
     }
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("paralela.cli._"):
-            helper = node.module or ""
+    for imported in ast.walk(tree):
+        if isinstance(imported, ast.ImportFrom) and (imported.module or "").startswith(
+            "paralela.cli._"
+        ):
+            helper = imported.module or ""
             if helper not in seen and helper not in ("paralela.cli._errors", "paralela.cli._app"):
                 names |= exit_names_used(sys.modules[helper], seen)
     return names
@@ -138,6 +140,14 @@ def test_mapreduce_predict_and_serve_no_longer_print_maps_exit_codes() -> None:
         assert "--on-error" not in text
         assert "the function raised" not in text
     assert "5 the ranks did not meet" in flat(invoke("launch", "--help").stdout)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_option_says_what_it_does(name: str) -> None:
+    # The CLI reference is generated from these texts: none may be missing.
+    command = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    for param in command.params:
+        assert len(getattr(param, "help", None) or "") >= 10, (name, param.opts)
 
 
 # -- unknown options ----------------------------------------------------------------------

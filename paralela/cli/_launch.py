@@ -78,7 +78,14 @@ def launch(
         typer.Option("--nproc", "-n", min=1, help="Ranks here (default: one per GPU, else 1)."),
     ] = None,
     module: Annotated[
-        bool, typer.Option("--module", "-m", help="Run PROGRAM as python -m PROGRAM.")
+        bool,
+        typer.Option(
+            "--module",
+            "-m",
+            help="PROGRAM is a module, run as python -m PROGRAM on every rank "
+            "(paralela launch -m mypkg.train --lr 0.1): found on the ranks' Python path, "
+            "as a package installed or in the current directory.",
+        ),
     ] = False,
     max_restarts: Annotated[
         int, typer.Option(min=0, help="Restart the group this often after a rank dies.")
@@ -111,7 +118,13 @@ def launch(
         bool, typer.Option("--local", help="Start the ranks here even inside a Slurm step.")
     ] = False,
     prefix: Annotated[
-        bool, typer.Option("--prefix/--no-prefix", help="'[rank N] ' before each line.")
+        bool,
+        typer.Option(
+            "--prefix/--no-prefix",
+            help="Put '[rank N] ' before each line a rank prints here, to tell the ranks "
+            "apart; --no-prefix leaves the lines as the program wrote them (one rank, or "
+            "output another tool reads). The rank-N.log files never have it.",
+        ),
     ] = True,
     slurm: Annotated[
         bool,
@@ -122,7 +135,14 @@ def launch(
         ),
     ] = False,
     nodes: Annotated[
-        int | None, typer.Option("--nodes", "-N", min=1, help="Nodes.", rich_help_panel=SLURM)
+        int | None,
+        typer.Option(
+            "--nodes",
+            "-N",
+            min=1,
+            help="Nodes of the job, each running --ntasks-per-node ranks.",
+            rich_help_panel=SLURM,
+        ),
     ] = None,
     ntasks_per_node: Annotated[
         int | None, typer.Option(min=1, help="Ranks per node.", rich_help_panel=SLURM)

@@ -194,10 +194,23 @@ def quiet_option(help: str) -> Any:
 # --slurm` (``panel``: the heading they are listed under in each command's --help).
 
 
+SLURM_OPTION_HELP = {
+    "partition": "The partition (queue) to submit to",
+    "account": "The account the job is charged to",
+    "qos": "The job's quality of service",
+    "constraint": "Node features the job needs (e.g. a100)",
+}
+
+
 def slurm_option(name: str, panel: str) -> Any:
     """``--slurm-NAME`` (also ``--NAME``, as sbatch spells it) for ``name`` one of
     partition, account, qos, constraint: passed to sbatch as it is."""
-    return typer.Option(f"--slurm-{name}", f"--{name}", rich_help_panel=panel)
+    return typer.Option(
+        f"--slurm-{name}",
+        f"--{name}",
+        help=f"{SLURM_OPTION_HELP[name]}: sbatch's --{name}, passed as it is.",
+        rich_help_panel=panel,
+    )
 
 
 def timeout_min_option(panel: str) -> Any:

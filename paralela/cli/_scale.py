@@ -125,8 +125,10 @@ def scale_command(
         bool,
         typer.Option(
             "--reference/--no-reference",
-            help="With --weak: also time each count's work on the smallest count, to "
-            "measure the scaled speed-up (else estimated: s is then a lower bound).",
+            help="With --weak: also time each count's grown work on the smallest count "
+            "(the reference runs, about as long as all the baseline runs together), so "
+            "that the scaled speed-up is measured; --no-reference skips them and "
+            "estimates it: the serial fraction is then a lower bound.",
         ),
     ] = True,
     oversubscribe: Annotated[
@@ -151,9 +153,29 @@ def scale_command(
             "map command's own wall time, from its --run-dir's summary.json.",
         ),
     ] = "wall",
-    plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Draw scaling.png.")] = True,
-    json_out: Annotated[bool, json_option("Print scaling.json's content on stdout.")] = False,
-    quiet: Annotated[bool, quiet_option("No line per run on stderr.")] = False,
+    plot: Annotated[
+        bool,
+        typer.Option(
+            "--plot/--no-plot",
+            help="With --run-dir: draw scaling.png there (speed-up and efficiency against "
+            "the workers, with the fitted law; needs matplotlib). --no-plot saves the "
+            "time of drawing it.",
+        ),
+    ] = True,
+    json_out: Annotated[
+        bool,
+        json_option(
+            "Print the result as JSON on stdout (scaling.json's content: every run's "
+            "time, the fit, the predictions, the warnings) instead of the table."
+        ),
+    ] = False,
+    quiet: Annotated[
+        bool,
+        quiet_option(
+            "Leave out the line per run on stderr (count, repetition, seconds); the "
+            "warnings are still printed."
+        ),
+    ] = False,
 ) -> None:
     """Measure and fit; see ``SCALE_HELP``. Exits through :class:`typer.Exit`."""
     from paralela.scaling import measure
