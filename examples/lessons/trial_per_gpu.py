@@ -74,7 +74,9 @@ def main() -> None:
     n_trials = 8 if args.quick else 24
     os.environ.update(FOUR_GPUS)
     gpus = paralela.detect().gpus
-    print(f"paralela sees {len(gpus)} GPUs: {', '.join(g.name for g in gpus)}\n")
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    names = sorted({g.name for g in gpus})
+    print(f"paralela sees {len(gpus)} GPUs ({'; '.join(names)})\n")
 
     root = Path(tempfile.mkdtemp(prefix="paralela-lesson-gpus-"))
     try:
