@@ -7,6 +7,7 @@ reference page, whose title and headings must be in the DOM; and the search: its
 holds the words, and Material's own search, driven in chromium through the DevTools
 protocol on a pipe, finds a word and links to the page that has it. A small site with a
 broken link and a broken anchor shows that the site's validation settings fail on them.
+Every example is in the examples' index and linked from a guide page.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ from test_reporting_browser import FLAGS, run_chromium
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_TIMEOUT = 100.0  # seconds; the build takes 10-20 s on 2 cores
 BROWSER_TIMEOUT = 60.0  # seconds for one DevTools reply or one page's search results
-
-pytestmark = pytest.mark.slow
 
 
 def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
@@ -88,6 +87,7 @@ def text_of(html: str) -> str:
     return " ".join(re.sub(r"<[^>]+>", " ", html).split())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("page", "title", "heading", "wanted"),
     [
@@ -131,6 +131,7 @@ def test_a_page_renders_with_its_title_headings_and_menu(
         assert section in text, f"menu section {section!r} not on {page}"
 
 
+@pytest.mark.slow
 def test_the_search_index_holds_the_words_of_the_pages(site: Path) -> None:
     index = json.loads((site / "search/search_index.json").read_text(encoding="utf-8"))
     docs = index["docs"]
@@ -208,6 +209,7 @@ class DevTools:
             os.close(self._in)
 
 
+@pytest.mark.slow
 def test_search_in_the_browser_finds_a_word_and_links_to_its_page(
     chromium: str, server: str, tmp_path: Path
 ) -> None:
@@ -251,3 +253,31 @@ def test_the_site_validation_fails_a_broken_link_and_a_broken_anchor(tmp_path: P
     proc = mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert proc.returncode == 0, proc.stderr
     shutil.rmtree(tmp_path / "site")
+
+
+def markdown_links(path: Path) -> set[Path]:
+    """The files that a Markdown page's relative links point to, resolved."""
+    text = path.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)", text)
+    return {(path.parent / t).resolve() for t in targets if "://" not in t}
+
+
+def test_every_example_is_in_the_examples_index_and_linked_from_a_guide_page() -> None:
+    examples = ROOT / "examples"
+    scripts = sorted(p for p in examples.rglob("*") if p.suffix in (".py", ".yaml") and p.is_file())
+    assert len(scripts) > 20
+    indexed = markdown_links(examples / "README.md")
+    assert [p.name for p in scripts if p.resolve() not in indexed] == []
+    linked: set[Path] = set()
+    named = ""
+    for page in (ROOT / "docs").rglob("*.md"):
+        linked |= markdown_links(page)
+        named += page.read_text(encoding="utf-8")
+    top_level = [p for p in scripts if p.parent == examples]
+    # a link, or the path in a command the page shows (python examples/NAME.py ...)
+    missing = [
+        p.name for p in top_level if p.resolve() not in linked and f"examples/{p.name}" not in named
+    ]
+    assert missing == []
+    # the index itself is reached from the site's home page
+    assert (examples / "README.md").resolve() in markdown_links(ROOT / "docs/index.md")
