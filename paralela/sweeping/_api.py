@@ -332,6 +332,8 @@ class _Sweep:
                     sync(study._study_id)
                 result = self.result(study, choice.spec, root, slots, records, wall, busy)
                 write_outputs(result, study, plots=a.plots)
+                if pool is not None:  # the workers exited meanwhile: wait for the last
+                    pool.shutdown(wait=True)
                 return result
             finally:
                 if pool is not None:  # run_trials has shut it down, unless it never ran

@@ -54,7 +54,7 @@ from paralela.sweeping._budget import Budget, SharedBudget
 from paralela.sweeping._context import non_finite
 from paralela.sweeping._gate import is_python_script
 from paralela.sweeping._oracle import LOG_ERROR_CHARS, Oracle
-from paralela.sweeping._results import TrialRecord
+from paralela.sweeping._results import TrialRecord, last_error
 from paralela.sweeping._trials import (
     CommandTrial,
     FunctionJob,
@@ -118,7 +118,7 @@ def run_trials(
     """Run trials until the budget is spent. Returns (records of this run, wall, busy).
 
     ``backend``: the function trials' ``ProcessBackend`` (its workers pinned to
-    ``slots``), shut down here at the end; ``None`` for command trials.
+    ``slots``), shut down here (at a normal end the caller waits); ``None``: command trials.
     ``jobs``: run each command trial as a Slurm job of its own (the slots then only
     bound how many run at once); ``None``: as a process here.
     ``budget_dir``: where the lock of the budget shared with other drivers lives (the run
@@ -131,6 +131,8 @@ def run_trials(
     t0 = time.time()
     job_ref = None
     if objective is not None:
+        from paralela.sweeping._worker_storage import synchronous_normal  # (SQLAlchemy)
+
         job_ref = Broadcast(
             FunctionJob(
                 objective,
@@ -139,7 +141,7 @@ def run_trials(
                 dumps(study.pruner),
                 sampler=dumps(study.sampler) if define_by_run else None,
                 seed=seed,
-                wal=_synchronous_normal(study),
+                wal=synchronous_normal(study),
             )
         )
     limit = None if budget.n_trials is None else max(0, budget.n_trials - already_counted)
@@ -232,6 +234,7 @@ class _TrialLoop:
         # their group (a child that ignores SIGTERM) is still being stopped, so the reaper
         # keeps it until then.
         self.ending: list[CommandTrial] = []
+        self.ended = False  # the loop ran to its end: every trial ended, no error
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -262,11 +265,12 @@ class _TrialLoop:
                         event = self.events.get_nowait()
                     except queue.Empty:
                         break
+            self.ended = not self.failed_too_often()
             if self.failed_too_often():
                 raise SweepError(
                     f"{self.failures} trials failed, more than "
                     f"max_failures={self.budget.max_failures}; the sweep stopped. "
-                    f"The last error:\n{_last_error(self.records)}"
+                    f"The last error:\n{last_error(self.records, LOG_ERROR_CHARS)}"
                 )
         finally:
             self.close()
@@ -551,8 +555,10 @@ class _TrialLoop:
             storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
         for run in self.running.values():  # stopped unfinished (failures, Ctrl-C): re-run
             requeue_interrupted(self.study, run.trial)  # later
-        if self.backend is not None:
-            self.backend.shutdown(wait=not self.running, cancel_futures=True)
+        if self.backend is not None:  # done: the workers exit while the caller writes
+            # the result, and it waits for them then; else here, unless trials still run
+            done = self.ended and not self.running
+            self.backend.shutdown(wait=not done and not self.running, cancel_futures=True)
 
 
 def _command_outcome(run: _Running, returncode: int) -> TrialOutcome:
@@ -581,24 +587,6 @@ def _command_outcome(run: _Running, returncode: int) -> TrialOutcome:
     )
 
 
-def _synchronous_normal(study: Any) -> bool:
-    """The driver commits to its SQLite database with ``synchronous=NORMAL`` (its own
-    database in the run directory, in WAL mode): its workers then commit the same way."""
-    engine = getattr(getattr(study._storage, "backend", None), "engine", None)
-    if engine is None or engine.dialect.name != "sqlite":
-        return False
-    connection = engine.raw_connection()
-    try:
-        cursor = connection.cursor()
-        try:
-            row = cursor.execute("PRAGMA synchronous").fetchone()
-        finally:
-            cursor.close()
-    finally:
-        connection.close()  # back to the pool
-    return row is not None and int(row[0]) == 1  # NORMAL
-
-
 def _handed_over(futures: list[Any]) -> None:
     """Wait until the backend's thread has taken these function trials to their workers
     (their futures run), for at most ``HANDOVER_SECONDS``.
@@ -609,10 +597,3 @@ def _handed_over(futures: list[Any]) -> None:
     deadline = time.monotonic() + HANDOVER_SECONDS
     while any(not (f.running() or f.done()) for f in futures) and time.monotonic() < deadline:
         time.sleep(0.0002)
-
-
-def _last_error(records: list[TrialRecord]) -> str:
-    for record in reversed(records):
-        if record.state == "FAIL" and record.error:
-            return record.error.strip()[-LOG_ERROR_CHARS:]
-    return "(no error text)"

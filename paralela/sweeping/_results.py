@@ -13,7 +13,7 @@ from typing import Any
 
 from paralela._files import atomic_write
 
-__all__ = ["SweepResult", "TrialRecord"]
+__all__ = ["SweepResult", "TrialRecord", "last_error"]
 
 
 @dataclass
@@ -206,3 +206,11 @@ class SweepResult:
         elif best is not None:
             line += f"; best #{best.number}: {best.value:.6g} with {best.params}"
         return line
+
+
+def last_error(records: list[TrialRecord], chars: int) -> str:
+    """The end (``chars`` characters) of the last failed trial's error, for a message."""
+    for record in reversed(records):
+        if record.state == "FAIL" and record.error:
+            return record.error.strip()[-chars:]
+    return "(no error text)"
