@@ -141,6 +141,23 @@ def test_the_search_index_holds_the_words_of_the_pages(site: Path) -> None:
     assert any("Gustafson" in d["text"] for d in docs if d["location"].startswith("scaling"))
 
 
+@pytest.mark.slow
+def test_the_api_reference_links_the_objects_its_docstrings_name(site: Path) -> None:
+    pages = sorted((site / "reference/api").glob("*.html"))
+    assert len(pages) > 15
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        roles = re.findall(r":(?:func|class|meth|attr|mod|exc|data):`", html)
+        assert roles == [], f"{page.name}: Sphinx roles shown as written"
+    mapping = (site / "reference/api/mapping.html").read_text(encoding="utf-8")
+    # MapIterator's docstring says :func:`paralela.imap`: a link to imap on the same page
+    assert re.search(r'<a class="autorefs[^"]*"[^>]*href="#paralela\.mapping\.imap"', mapping)
+    # every top-level name of the index links to its documentation
+    index = (site / "reference/api/index.html").read_text(encoding="utf-8")
+    assert 'href="mapping.html#paralela.mapping.map"' in index
+    assert 'href="config.html#paralela.config"' in index
+
+
 class DevTools:
     """Chromium driven through the DevTools protocol on a pipe (fds 3 and 4)."""
 
