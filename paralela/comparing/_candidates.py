@@ -47,6 +47,8 @@ class Candidate:
         self.inflight: dict[int, Any] = {}  # fold -> Future
         self.state = "RUNNING"  # then COMPLETE, PRUNED or FAIL
         self.error: str | None = None
+        # fold -> its (category, message, count) warnings (a fold restored twice: once)
+        self.fold_warnings: dict[int, list[tuple[str, str, int]]] = {}
         self.trial: Any = None
         self.reported = 0  # folds reported to the trial, in order
 
@@ -54,6 +56,19 @@ class Candidate:
         """Mean score over the finished folds (only the first ``folds`` when given)."""
         values = [s for f, s in self.scores.items() if folds is None or f < folds]
         return sum(values) / len(values) if values else None
+
+    def warned(self, fold: int, warnings: Sequence[Sequence[Any]]) -> None:
+        """Keep fold ``fold``'s ``(category, message, count)`` warnings."""
+        if warnings:
+            self.fold_warnings[fold] = [(str(c), str(m), int(n)) for c, m, n in warnings]
+
+    def warnings(self) -> dict[tuple[str, str], int]:
+        """``(category, message)`` -> how many times the candidate's folds raised it."""
+        counts: dict[tuple[str, str], int] = {}
+        for warned in self.fold_warnings.values():
+            for category, message, count in warned:
+                counts[(category, message)] = counts.get((category, message), 0) + count
+        return counts
 
     def __repr__(self) -> str:
         return f"Candidate({self.number}, {self.family!r}, {self.params!r}, {self.state})"

@@ -13,6 +13,7 @@ import io
 import json
 import math
 import pickle
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 State = Literal["COMPLETE", "PRUNED", "FAIL"]
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # one number in a warning's message
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class CandidateRecord:
         state: ``"COMPLETE"`` (every fold), ``"PRUNED"`` (stopped early by the pruner
             or a halving round), ``"FAIL"`` (a fold raised: ``error`` says what).
         error: the error of a failed candidate.
+        warnings: the warnings its folds raised, ``{"category", "message", "count"}``
+            for each distinct one (``ConvergenceWarning``: raise ``max_iter``).
     """
 
     number: int
@@ -66,6 +70,12 @@ class CandidateRecord:
     fit_seconds: float
     state: State
     error: str | None = None
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def folds_run(self) -> int:
+        """How many folds finished (fewer than ``len(fold_scores)`` when pruned or failed)."""
+        return sum(score is not None for score in self.fold_scores)
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(asdict(self))  # type: ignore[no-any-return]
@@ -112,6 +122,25 @@ class CompareResult:
         """The best candidate of each family, in the order the families were given."""
         names = dict.fromkeys(c.family for c in sorted(self.candidates, key=lambda c: c.number))
         return {name: self.leaderboard(name)[0] for name in names}
+
+    def warnings(self) -> list[dict[str, Any]]:
+        """Each distinct warning the candidates raised, once: ``{"category", "message",
+        "count", "candidates"}`` (the numbers of the candidates that raised it), the most
+        frequent first. Messages that differ only in their numbers are one warning
+        (``failed to converge after 3 iterations`` and ``after 4``), shown with the first
+        candidate's message. Each candidate's own are in its ``warnings`` (and
+        compare.json)."""
+        seen: dict[tuple[str, str], dict[str, Any]] = {}
+        for record in sorted(self.candidates, key=_number):
+            for w in record.warnings:
+                entry = seen.setdefault(
+                    (w["category"], _NUMBER.sub("N", w["message"])),
+                    {"category": w["category"], "message": w["message"], "count": 0,
+                     "candidates": []},
+                )  # fmt: skip
+                entry["count"] += w["count"]
+                entry["candidates"].append(record.number)
+        return sorted(seen.values(), key=lambda e: -e["count"])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -264,4 +293,8 @@ def record_of(candidate: Candidate) -> CandidateRecord:
         fit_seconds=float(np.mean(fits)) if fits else 0.0,
         state=candidate.state,  # type: ignore[arg-type]
         error=candidate.error,
+        warnings=[
+            {"category": category, "message": message, "count": count}
+            for (category, message), count in candidate.warnings().items()
+        ],
     )

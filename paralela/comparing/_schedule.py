@@ -114,6 +114,7 @@ class Scheduler:
             return
         candidate.number = logged.number
         for fold, entry in logged.folds.items():
+            candidate.warned(fold, entry.get("warnings") or ())
             if entry.get("error") is None and entry.get("score") is not None:
                 candidate.scores[fold] = float(entry["score"])
                 candidate.fit_seconds[fold] = float(entry.get("fit_seconds", 0.0))
@@ -296,8 +297,10 @@ class Scheduler:
                 "slot_threads": outcome.slot_threads,
                 "pid": outcome.pid,
                 "data_loads": outcome.data_loads,
+                "warnings": [list(w) for w in outcome.warnings],
             }
         )
+        candidate.warned(fold, outcome.warnings)
         if outcome.error is not None or outcome.score is None:
             self._end(candidate, "FAIL", outcome.error or "no score")
             return

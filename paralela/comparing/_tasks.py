@@ -6,7 +6,9 @@
     driver ── run_fold(shared, family, params, fold) ────────────────> any worker
                  make(params) -> estimator
                  threadpool_limits(slot's threads): fit(X[train]), score(X[test])
-             <── FoldOutcome (score or error text, seconds, threads seen)
+             <── FoldOutcome (score or error text, seconds, threads seen, and the
+                 warnings raised, each distinct one once with a count: not printed by
+                 the worker, the driver reports them once for the whole comparison)
 
 The data set's arrays are written once into a shared memory block that each worker maps
 read-only (the processes backend's broadcasts; one copy for all the workers), and the
@@ -17,10 +19,13 @@ can show that it was not sent again.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import traceback
 import uuid
+import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +89,9 @@ class FoldOutcome:
         slot_threads: the thread limit the task ran under (its slot's thread count).
         pid: the worker process.
         data_loads: how many times the worker unpickled the data set (1: sent once).
+        warnings: the warnings raised while building, fitting and scoring (a
+            ``ConvergenceWarning``): ``(category, message, count)`` for each distinct
+            one, as the warning filters let them through (once per place by default).
     """
 
     score: float | None
@@ -95,6 +103,7 @@ class FoldOutcome:
     slot_threads: int = 1
     pid: int = field(default_factory=os.getpid)
     data_loads: int = 0
+    warnings: tuple[tuple[str, str, int], ...] = ()
 
 
 def slot_threads() -> int:
@@ -111,8 +120,21 @@ def run_fold(shared: SharedData, family: str, params: dict[str, Any], fold: int)
 
     Never raises for the user's errors: an exception while building, fitting or scoring
     comes back as ``FoldOutcome(score=None, error=...)`` (the candidate fails, the
-    comparison goes on). A score that is not a real number is an error too.
+    comparison goes on). A score that is not a real number is an error too. Warnings are
+    recorded in the outcome instead of printed (see :attr:`FoldOutcome.warnings`).
     """
+    with warnings.catch_warnings(record=True) as caught:
+        outcome = _fit_and_score(shared, family, params, fold)
+    if not caught:
+        return outcome
+    seen = Counter((w.category.__name__, str(w.message).strip()) for w in caught)
+    distinct = tuple((category, message, n) for (category, message), n in seen.items())
+    return dataclasses.replace(outcome, warnings=distinct)
+
+
+def _fit_and_score(
+    shared: SharedData, family: str, params: dict[str, Any], fold: int
+) -> FoldOutcome:
     from sklearn.metrics import check_scoring
     from sklearn.utils.metaestimators import _safe_split
     from threadpoolctl import threadpool_info, threadpool_limits  # type: ignore[import-untyped]
