@@ -36,6 +36,10 @@ _COUNT_SQL = (
     "trial_system_attributes WHERE key IN (:unused, :interrupted))"
 )
 
+_COUNT_SQLITE = (
+    _COUNT_SQL.replace(":study_id", "?").replace(":unused", "?").replace(":interrupted", "?")
+)
+
 
 @dataclass
 class Budget:
@@ -81,6 +85,19 @@ class SharedBudget:
         storage = self._study._storage
         backend = getattr(storage, "backend", None)  # a DriverStorage's database
         study_id = self._study._study_id
+        if backend is not None and backend.engine.dialect.name == "sqlite":
+            # Through the DB-API: ~50 us, not ~200 us through SQLAlchemy (once per trial).
+            connection = backend.engine.raw_connection()
+            try:
+                cursor = connection.cursor()
+                try:
+                    args = (study_id, UNUSED_ATTR, INTERRUPTED_ATTR)
+                    (count,) = cursor.execute(_COUNT_SQLITE, args).fetchone()
+                finally:
+                    cursor.close()
+            finally:
+                connection.close()  # back to the pool
+            return int(count or 0)
         if backend is not None:  # one query, not every trial back from the database
             from sqlalchemy import text
 
