@@ -19,6 +19,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -179,10 +180,22 @@ class DevTools:
         os.close(from_child)
         self._buffer = b""
         self._id = 0
-        targets = self.call("Target.getTargets")["targetInfos"]
-        page = next(t for t in targets if t["type"] == "page")
-        attached = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)
+        try:
+            # a page of our own: the first one may not exist yet when the pipe answers
+            target = self.call("Target.createTarget", url="about:blank")["targetId"]
+            attached = self.call("Target.attachToTarget", targetId=target, flatten=True)
+        except BaseException:
+            self.kill()
+            raise
         self.session: str = attached["sessionId"]
+
+    def kill(self) -> None:
+        """Kill chromium and its renderers (its own process group), close the pipes."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        os.close(self._out)
+        os.close(self._in)
 
     def call(self, method: str, session: str | None = None, **params: Any) -> Any:
         self._id += 1
@@ -217,13 +230,8 @@ class DevTools:
         try:
             self.call("Browser.close")
             self.proc.wait(timeout=BROWSER_TIMEOUT)
-        except Exception:
-            os.killpg(self.proc.pid, 9)
-            self.proc.wait()
-            raise
         finally:
-            os.close(self._out)
-            os.close(self._in)
+            self.kill()
 
 
 @pytest.mark.slow
