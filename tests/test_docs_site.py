@@ -133,6 +133,26 @@ def test_a_page_renders_with_its_title_headings_and_menu(
 
 
 @pytest.mark.slow
+def test_the_built_cli_reference_has_every_option_of_every_command(site: Path) -> None:
+    import typer
+
+    from paralela.cli import app
+
+    root = typer.main.get_command(app)
+    text = text_of((site / "reference/cli.html").read_text(encoding="utf-8"))
+    ctx = root.context_class(root, info_name="paralela")
+    names = root.list_commands(ctx)
+    assert len(names) >= 12
+    for name in names:
+        command = root.get_command(ctx, name)
+        assert f"paralela {name}" in text
+        for param in command.params:
+            if param.param_type_name == "option" and not param.hidden:
+                for opt in [*param.opts, *param.secondary_opts]:
+                    assert opt in text, f"paralela {name} {opt} is not in the CLI reference"
+
+
+@pytest.mark.slow
 def test_the_search_index_holds_the_words_of_the_pages(site: Path) -> None:
     index = json.loads((site / "search/search_index.json").read_text(encoding="utf-8"))
     docs = index["docs"]
