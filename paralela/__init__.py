@@ -7,11 +7,14 @@ Importing it is cheap: optional dependencies (rich, torch, Spark...) load when u
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from paralela._version import __version__
 
+# typing is not imported at run time: every worker process imports this module.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from paralela._config import UNSET, config
     from paralela.backends import Backend, Broadcast, Capabilities, available_backends, get_backend
     from paralela.comparing import CompareError, CompareResult, compare

@@ -36,7 +36,11 @@ from __future__ import annotations
 import pickle
 import signal
 from collections.abc import Iterable, Sequence
-from typing import Any
+
+# typing is not imported at run time: every worker process imports this module.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "ConfigError",

@@ -40,11 +40,14 @@ import contextlib
 import importlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 from paralela.errors import ConfigError
 
+# typing is not imported at run time: every worker process imports this module.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from paralela.backends._base import (
         Backend,
         Broadcast,

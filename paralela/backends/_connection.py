@@ -19,7 +19,11 @@ from __future__ import annotations
 import os
 import select
 from collections.abc import Sequence
-from typing import Any
+
+# typing is not imported at run time: every worker process imports this module.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Connection", "wait"]
 

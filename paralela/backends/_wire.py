@@ -1,6 +1,7 @@
 """How tasks and results cross the process boundary.
 
-Tasks are pickled with cloudpickle (lambdas and closures work) at protocol 5. A numpy
+Tasks are pickled as cloudpickle would (lambdas and closures work) at protocol 5: by the C
+pickler when all they refer to pickles by reference, by cloudpickle otherwise. A numpy
 array (or any buffer) of ``OUT_OF_BAND_MIN_BYTES`` or more takes one of two roads::
 
     driver                                                worker
@@ -38,14 +39,20 @@ holding them exits or unmaps them, so a crash leaks nothing.
 from __future__ import annotations
 
 import collections
+import copyreg
 import gc
 import mmap
 import os
 import pickle
 import sys
+import types
 import weakref
 from collections.abc import Iterable
-from typing import Any, ClassVar
+
+# typing is not imported at run time: every worker process imports this module.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 __all__ = [
     "IDLE_SECONDS",
@@ -98,15 +105,20 @@ def dumps(obj: Any) -> bytes:
 
 
 def dumps_with_buffers(obj: Any, zero_copy: bool) -> tuple[bytes, list[pickle.PickleBuffer]]:
-    """Pickle ``obj`` with cloudpickle, keeping large contiguous buffers out of band and
-    numpy arrays that live in a shared file mapping as references to the file."""
+    """Pickle ``obj`` as cloudpickle would, keeping large contiguous buffers out of band
+    (with ``zero_copy``) and numpy arrays that live in a shared file mapping as references
+    to the file.
+
+    The C pickler does it when everything ``obj`` refers to pickles by reference (the
+    functions and classes of importable modules): the same bytes as cloudpickle's, and
+    the driver does not import cloudpickle (~a fifth of a cold ``paralela.map``'s
+    start-up, ``bench/bench_map.py`` workload d). Whatever only cloudpickle pickles
+    right (``__main__``, lambdas, closures, modules) goes to cloudpickle; so does all
+    of it once cloudpickle is imported (``register_pickle_by_value`` is honoured).
+    """
     import io
 
-    import cloudpickle
-
     buffers: list[pickle.PickleBuffer] = []
-    if not zero_copy:
-        return cloudpickle.dumps(obj, protocol=PROTOCOL), buffers
 
     def keep_large(buf: pickle.PickleBuffer) -> bool:
         try:
@@ -118,9 +130,59 @@ def dumps_with_buffers(obj: Any, zero_copy: bool) -> tuple[bytes, list[pickle.Pi
         buffers.append(buf)
         return False
 
+    callback = keep_large if zero_copy else None
+    if "cloudpickle" not in sys.modules:
+        with io.BytesIO() as file:
+            try:
+                _pickler_class(fast=True)(file, protocol=PROTOCOL, buffer_callback=callback).dump(
+                    obj
+                )
+                return file.getvalue(), buffers
+            except (_ByValue, pickle.PicklingError, AttributeError, TypeError):
+                buffers.clear()  # cloudpickle's turn, from the start
     with io.BytesIO() as file:
-        _pickler_class()(file, protocol=PROTOCOL, buffer_callback=keep_large).dump(obj)
+        _pickler_class(fast=False)(file, protocol=PROTOCOL, buffer_callback=callback).dump(obj)
         return file.getvalue(), buffers
+
+
+class _ByValue(Exception):
+    """Raised by the fast pickler: this object must go by value (cloudpickle)."""
+
+
+_MISSING = object()
+
+
+def _by_reference(obj: Any) -> bool:
+    """Whether a function or class is found again under its module and qualified name
+    (cloudpickle's test for pickling it by reference), never in ``__main__``."""
+    module_name = getattr(obj, "__module__", None)
+    name = getattr(obj, "__qualname__", None)
+    if not isinstance(module_name, str) or not isinstance(name, str):
+        return False
+    module = sys.modules.get(module_name)
+    if module is None or module_name == "__main__":
+        return False
+    found: Any = module
+    for part in name.split("."):
+        try:
+            found = getattr(found, part, _MISSING)
+        except Exception:  # a module __getattr__ that raises something else
+            return False
+        if found is _MISSING:
+            return False
+    return found is obj
+
+
+class _FastPickler(pickle.Pickler):
+    """The C pickler, refusing (``_ByValue``) what cloudpickle would pickle by value."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (types.FunctionType, type)):
+            if not _by_reference(obj):
+                raise _ByValue
+        elif isinstance(obj, types.ModuleType):
+            raise _ByValue
+        return NotImplemented
 
 
 def loads(data: bytes, buffers: Iterable[Any] | None = None) -> Any:
@@ -131,30 +193,35 @@ def loads(data: bytes, buffers: Iterable[Any] | None = None) -> Any:
 # -- numpy arrays -------------------------------------------------------------------
 
 
-_numpy_pickler: type[pickle.Pickler] | None = None
+_numpy_picklers: dict[bool, type[pickle.Pickler]] = {}
 
 
-def _pickler_class() -> type[pickle.Pickler]:
-    """cloudpickle's Pickler, plus :func:`_reduce_array` once the caller uses numpy
-    (numpy is never imported here)."""
-    global _numpy_pickler
-    import cloudpickle
+def _pickler_class(fast: bool) -> type[pickle.Pickler]:
+    """The fast pickler (``fast``) or cloudpickle's, plus :func:`_reduce_array` once the
+    caller uses numpy (numpy is never imported here)."""
+    made = _numpy_picklers.get(fast)
+    if made is not None:
+        return made
+    base: Any
+    if fast:
+        base = _FastPickler
+    else:
+        import cloudpickle
 
-    if _numpy_pickler is not None:
-        return _numpy_pickler
+        base = cloudpickle.Pickler
     numpy: Any = sys.modules.get("numpy")
     if numpy is None:
-        return cloudpickle.Pickler  # type: ignore[no-any-return]
+        return base  # type: ignore[no-any-return]
 
-    class NumpyPickler(cloudpickle.Pickler):  # type: ignore[misc]
-        # Read by the C pickler when it starts; consulted for types cloudpickle's
-        # reducer_override leaves alone (arrays), exact types only.
+    class NumpyPickler(base):  # type: ignore[misc]
+        # Read by the C pickler when it starts; consulted for types reducer_override
+        # leaves alone (arrays), exact types only.
         dispatch_table: ClassVar[collections.ChainMap[type, Any]] = collections.ChainMap(
             {numpy.ndarray: _reduce_array, numpy.memmap: _reduce_array},
-            cloudpickle.Pickler.dispatch_table,
+            getattr(base, "dispatch_table", copyreg.dispatch_table),
         )
 
-    _numpy_pickler = NumpyPickler
+    _numpy_picklers[fast] = NumpyPickler
     return NumpyPickler
 
 

@@ -40,7 +40,6 @@ import queue
 import signal
 import sys
 import threading
-from typing import Any, NoReturn
 
 from paralela.backends._connection import Connection
 from paralela.backends._context import mark_process_worker
@@ -53,6 +52,11 @@ from paralela.backends._wire import (
     map_shared,
     release_files,
 )
+
+# typing is not imported at run time: every worker process imports this module.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 __all__ = [
     "CANCEL_TAG",
@@ -101,8 +105,22 @@ def _driver_gone() -> NoReturn:
     """The driver closed the connection or died: nobody wants our results, nor the
     processes the user's function started. Exit at once and quietly (a driver killed
     with SIGKILL shares its terminal with us: no traceback there)."""
-    kill_descendants()
+    if _may_have_children():
+        kill_descendants()
     os._exit(0)
+
+
+def _may_have_children() -> bool:
+    """``False`` when Linux says no thread of this process has a child (then the exit
+    needs no psutil, whose import costs more than the rest of the worker's exit)."""
+    try:
+        for thread in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{thread}/children", "rb") as f:
+                if f.read().strip():
+                    return True
+    except OSError:  # not Linux, or a kernel without these files: look with psutil
+        return True
+    return False
 
 
 def _send(conn: Connection, data: bytes) -> None:

@@ -23,11 +23,11 @@ OnError = Literal["raise", "collect"]
 
 def check_picklable(what: str, obj: Any) -> None:
     """Raise :class:`UnpicklableError` naming ``what`` when ``obj`` cannot be sent to a
-    worker process (cloudpickle fails), with what to do instead."""
-    import cloudpickle
+    worker process (as the backend pickles it), with what to do instead."""
+    from paralela.backends import dumps_with_buffers
 
     try:
-        cloudpickle.dumps(obj)
+        dumps_with_buffers(obj, False)
     except Exception as exc:
         raise UnpicklableError(
             f"The {what} ({getattr(obj, '__qualname__', type(obj).__name__)}) cannot be sent "

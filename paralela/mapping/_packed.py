@@ -138,12 +138,12 @@ def run_packed(job: Job, start: int, items: Sequence[Any], store: Any) -> ChunkO
         for task_error in exc.failures:
             failure = failure_record(task_error)
             if failure is not None:
-                failures.append(replace(failure, index=start + failure.index))
+                failures.append(failure.replace(index=start + failure.index))
     except Exception as exc:  # on_error="raise": the item's own exception, or a TaskError
         failure = failure_record(exc)
         if failure is None:
             raise
-        failures.append(replace(failure, index=start + failure.index))
+        failures.append(failure.replace(index=start + failure.index))
     finally:
         local.shutdown(wait=False, cancel_futures=True)
     finished = time.time()

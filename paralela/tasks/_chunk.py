@@ -4,20 +4,57 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
 
 from paralela.backends import real_interrupt
 from paralela.tasks._failure import exception_bytes
 
+# Neither typing nor dataclasses (nor socket) is imported at run time: every worker
+# imports this module before its first task (bench/bench_map.py workload d), so the two
+# records below are written out by hand, with what @dataclass(frozen=True) gave them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["HOST", "ChunkOutcome", "ItemFailure", "Job", "run_chunk", "short_repr"]
 
 #: This machine's name, as a chunk's outcome reports where it ran.
-HOST = socket.gethostname()
+HOST = os.uname().nodename if hasattr(os, "uname") else __import__("socket").gethostname()
+
+
+class _Frozen:
+    """Fields set once, in ``__init__``; compared, hashed and shown as a dataclass's."""
+
+    __slots__ = ()
+    _compared: tuple[str, ...] = ()  # compared, hashed and shown
+    _init: tuple[str, ...] = ()  # __init__'s parameters, in order
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of a {type(self).__name__}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r} of a {type(self).__name__}")
+
+    def _key(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._compared)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with ``changes`` (as ``dataclasses.replace``)."""
+        return type(self)(**{name: changes.pop(name, getattr(self, name)) for name in self._init})
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._compared)
+        return f"{type(self).__qualname__}({shown})"
 
 
 def short_repr(obj: Any, limit: int = 120) -> str:
@@ -29,21 +66,42 @@ def short_repr(obj: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-@dataclass(frozen=True)
-class ItemFailure:
+class ItemFailure(_Frozen):
     """An exception raised by the user's function on one item, as seen in the worker.
 
     ``exception`` is the exception itself: the very object on in-process backends, a
     copy rebuilt from its pickle on process backends, or ``None`` when it cannot be
     pickled or rebuilt (then only its type name, message and traceback text travel).
+    It is neither compared nor shown.
     """
+
+    __slots__ = ("exc_type", "exception", "index", "item_repr", "message", "traceback")
+    _compared = ("index", "exc_type", "message", "item_repr", "traceback")
+    _init = (*_compared, "exception")
 
     index: int
     exc_type: str
     message: str
     item_repr: str
     traceback: str
-    exception: BaseException | None = field(default=None, compare=False, repr=False)
+    exception: BaseException | None
+
+    def __init__(
+        self,
+        index: int,
+        exc_type: str,
+        message: str,
+        item_repr: str,
+        traceback: str,
+        exception: BaseException | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "index", index)
+        put(self, "exc_type", exc_type)
+        put(self, "message", message)
+        put(self, "item_repr", item_repr)
+        put(self, "traceback", traceback)
+        put(self, "exception", exception)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -78,13 +136,18 @@ def _rebuild_failure(
     return ItemFailure(index, exc_type, message, item_repr, tb, exception)
 
 
-@dataclass(frozen=True)
-class ChunkOutcome:
+class ChunkOutcome(_Frozen):
     """The results of one chunk, with where and when it ran.
 
     ``stored`` is true when the worker already wrote the chunk to the run store (packed
     chunks on a cluster do, so that they count even if the driver is gone).
     """
+
+    _compared = (
+        "results", "failures", "started", "finished", "pid", "host", "thread", "stored",
+        "first_index",
+    )  # fmt: skip
+    __slots__ = _init = _compared
 
     results: list[Any]
     failures: list[ItemFailure]
@@ -93,8 +156,30 @@ class ChunkOutcome:
     pid: int
     host: str
     thread: int
-    stored: bool = False
-    first_index: int = 0  # the input position of ``results[0]``
+    stored: bool
+    first_index: int  # the input position of ``results[0]``
+
+    def __init__(
+        self,
+        results: list[Any],
+        failures: list[ItemFailure],
+        started: float,
+        finished: float,
+        pid: int,
+        host: str,
+        thread: int,
+        stored: bool = False,
+        first_index: int = 0,
+    ) -> None:
+        for name, value in zip(
+            self._compared,
+            (results, failures, started, finished, pid, host, thread, stored, first_index),
+            strict=True,
+        ):
+            object.__setattr__(self, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ChunkOutcome, self._key())
 
     def __paralela_unpicklable__(self, error: Exception) -> ChunkOutcome:
         """The outcome to send when this one cannot be pickled (the worker asks): each
@@ -118,7 +203,7 @@ class ChunkOutcome:
                 )
                 results[offset] = None
         failures.sort(key=lambda f: f.index)
-        return replace(self, results=results, failures=failures)
+        return ChunkOutcome(results, failures, *self._key()[2:])
 
 
 class Job:

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
-from typing import Any
 
 from paralela.errors import ParalelaError
+
+# typing is not imported at run time: every worker process imports this module.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["TaskFailed", "carry", "exception_bytes"]
 
