@@ -57,6 +57,10 @@
 #   LOCAL_SLURM_FORCE      0                  1 => overwrite config files that
 #                                             this script did not write
 #   LOCAL_SLURM_TIMEOUT    60                 seconds to wait for readiness
+#   LOCAL_SLURM_NODE_PREFIX node              N>1 => nodes are PREFIX1..PREFIXN
+#                                             (a second cluster beside the
+#                                             first needs its own prefix: its
+#                                             /etc/hosts line is tagged with it)
 # shellcheck disable=SC2016  # single-quoted $VARS are meant for the job shell
 set -euo pipefail
 
@@ -71,6 +75,7 @@ CTLD_PORT=${LOCAL_SLURM_CTLD_PORT:-6817}
 DBD_PORT=$((CTLD_PORT + 100))
 FORCE=${LOCAL_SLURM_FORCE:-0}
 TIMEOUT=${LOCAL_SLURM_TIMEOUT:-60}
+PREFIX=${LOCAL_SLURM_NODE_PREFIX:-node}
 HOST=$(hostname -s)
 CLUSTER=localcluster
 
@@ -97,7 +102,7 @@ now() { date +%s; }
 # several emulated nodes are node1..nodeN.
 node_names() {
   if [ "$NODES" -eq 1 ]; then echo "$HOST"
-  else seq -f 'node%g' 1 "$NODES"; fi
+  else seq -f "${PREFIX}%g" 1 "$NODES"; fi
 }
 
 # ---------------------------------------------------------------- install --
@@ -377,6 +382,7 @@ make_gpu_devices() {
 # torch.distributed).  One tagged line in /etc/hosts, rewritten in place
 # (cat >, not sed -i: /etc/hosts is often a bind mount in containers).
 HOSTS_TAG="# local-slurm.sh emulated nodes"
+[ "$PREFIX" = node ] || HOSTS_TAG="# local-slurm.sh emulated $PREFIX-nodes"  # not a substring of the default tag
 hosts_line() {
   local want="" cur
   if [ "$NODES" -gt 1 ]; then want="127.0.0.1 $(node_names | tr '\n' ' ')$HOSTS_TAG"; fi
