@@ -75,10 +75,10 @@ SIZES = {
 
 # Targets paralela's rows are checked against (from the issue).
 TARGET_A_US = 0.1
-TARGET_A_RUNDIR_US = 0.3
+TARGET_A_RUNDIR_US = 0.15  # issue 27 (was 0.3)
 TARGET_B_EFF = 0.96
 TARGET_C_RATE = 7_000.0
-TARGET_D_READY_S = 0.3
+TARGET_D_READY_S = 0.06  # issue 27 (was 0.3): Pool(2) with fork is ~0.027 s
 
 
 @dataclass(frozen=True)
@@ -606,6 +606,7 @@ def run_startup(samples: int, log: Callable[[str], None]) -> list[StartupResult]
                     [sys.executable, "-c", eng.code(), result_path],
                     timeout=CHILD_TIMEOUT_S,
                     cwd=tmp,
+                    env=_startup_env(),
                 )
                 if child.returncode != 0:
                     res.problem = (
@@ -622,6 +623,17 @@ def run_startup(samples: int, log: Callable[[str], None]) -> list[StartupResult]
             log(f"[d] {eng.name}: {res.problem or _med_best(res.walls) + ' s wall'}")
             out.append(res)
     return out
+
+
+def _startup_env() -> dict[str, str]:
+    """The children's environment for (d): as for the others, but with bytecode caching
+    on. An installed package has its ``.pyc`` files; under PYTHONDONTWRITEBYTECODE=1 (a
+    common dev setting) an editable checkout would be compiled from source in every
+    sample, by the driver and by every worker it starts, and (d) would time the compiler.
+    The discarded warm-up sample writes the cache, for every engine alike."""
+    env = child_env()
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def _last_line(text: str) -> str:
@@ -950,9 +962,12 @@ _INTRO = {
     "d": "Each sample is a fresh `python -c` (bench/ on PYTHONPATH, `from _work import noop` "
     "before the clock starts); values are `median (best)` seconds over the samples, after "
     "one discarded warm-up sample. `ready` = constructor + first round trip of 2 no-op "
-    "tasks; for paralela it is the whole `paralela.map` call (workers started and shut "
-    "down inside). `import + ready` is what the paralela target (≤ 0.3 s) is about. "
-    "`process wall` = the whole child, from spawn to exit, measured by the parent.",
+    "tasks; for paralela it is the whole `paralela.map` call (workers started inside; "
+    "they stop at exit). `import + ready` (median) is what the paralela target "
+    f"(≤ {TARGET_D_READY_S} s) is about. `process wall` = the whole child, from spawn to "
+    "exit, measured by the parent. Bytecode caching is on in these children "
+    "(PYTHONDONTWRITEBYTECODE removed; the warm-up sample writes the cache), as for an "
+    "installed package.",
 }
 
 
