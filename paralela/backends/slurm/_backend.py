@@ -187,6 +187,8 @@ class SlurmBackend(Backend):
         supports_gpus=True,
         packs_tasks=True,
     )
+    # Whether the one line saying the cluster lowered max_jobs was printed.
+    _told_limit: bool = False
 
     def __init__(
         self, options: Mapping[str, Any] | SlurmOptions | None = None, **more: Any
@@ -266,8 +268,19 @@ class SlurmBackend(Backend):
         return self.max_tasks()
 
     def max_tasks(self) -> int:
-        limit = cluster_limits().max_tasks()
-        return min(self.options.max_jobs, limit) if limit else self.options.max_jobs
+        limits = cluster_limits()
+        limit = limits.max_tasks()
+        if not limit or limit >= self.options.max_jobs:
+            return self.options.max_jobs
+        if not self._told_limit:
+            self._told_limit = True
+            print(
+                f"paralela: at most {limit} Slurm array tasks per submission, not max_jobs="
+                f"{self.options.max_jobs}: the cluster's {limits.binding()} "
+                "(`scontrol show config`, `sacctmgr show assoc`)",
+                file=sys.stderr,
+            )
+        return limit
 
     def healthy(self) -> bool:
         with self._lock:
@@ -290,6 +303,13 @@ class SlurmBackend(Backend):
 
     def _submit_batch(self, calls: list[_Call]) -> None:
         per_array = self.max_tasks()
+        if len(calls) > per_array:
+            arrays = -(-len(calls) // per_array)
+            print(
+                f"paralela: {len(calls)} tasks go to Slurm as {arrays} arrays of at most "
+                f"{per_array} (one array may hold no more)",
+                file=sys.stderr,
+            )
         for lo in range(0, len(calls), per_array):
             group = [c for c in calls[lo : lo + per_array] if not c.future.cancelled()]
             if not group:

@@ -23,6 +23,8 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,11 +43,34 @@ __all__ = [
     "run_command",
     "slurm_available",
     "submit_script",
+    "transient_refusal",
 ]
 
 # A healthy slurmctld answers in milliseconds; a busy one on a large cluster can take
 # tens of seconds (Slurm's own MessageTimeout defaults to 10 s, and clients retry).
 COMMAND_TIMEOUT_S = 60.0
+# sbatch refusing for a reason that passes (the user's queued-job limit, the
+# controller's MaxJobCount, a busy controller): wait 2, 4, 8, ... up to 60 s between
+# tries and give up after 10 minutes of refusals. Slurm's own sbatch retries EAGAIN
+# only a few times; a map of thousands of tasks under MaxSubmitJobs needs longer.
+SUBMIT_BACKOFF_S = (2.0, 60.0)
+SUBMIT_RETRY_FOR_S = 600.0
+# What each transient refusal means, for the one line printed while waiting. The keys
+# are Slurm's own reasons, as sbatch prints them (slurm_errno.c). A timeout is not
+# among them: the job may have been queued all the same, and a retry would run it twice.
+TRANSIENT_REFUSALS = {
+    "QOSMaxSubmitJobPerUserLimit": "the QOS limits how many jobs you may have queued",
+    "QOSMaxSubmitJobPerAccountLimit": "the QOS limits how many jobs your account may queue",
+    "QOSGrpSubmitJobsLimit": "the QOS limits how many jobs its users may have queued",
+    "AssocMaxSubmitJobLimit": "your association limits how many jobs you may queue",
+    "AssocGrpSubmitJobsLimit": "your association limits how many jobs its users may queue",
+    "MaxSubmitJobs": "your association limits how many jobs you may queue",
+    "job submit limit": "a submit limit (MaxSubmitJobs) is reached",
+    "MaxJobCount": "the controller holds MaxJobCount jobs already",
+    "temporarily unable to accept job": "the controller holds MaxJobCount jobs already",
+    "Resource temporarily unavailable": "the controller is busy",
+    "Unable to contact slurm controller": "the controller cannot be reached",
+}
 
 
 class SlurmCommandError(ParalelaError):
@@ -128,6 +153,15 @@ def run_command(
     return done
 
 
+def transient_refusal(output: str) -> str | None:
+    """Why sbatch refused, when the refusal passes by itself (a submit limit, a busy
+    controller); ``None`` for a refusal that waiting does not cure (a bad option)."""
+    for key, meaning in TRANSIENT_REFUSALS.items():
+        if key.lower() in output.lower():
+            return f"{key}: {meaning}"
+    return None
+
+
 def submit_script(
     script: str | os.PathLike[str],
     args: Sequence[str] = (),
@@ -135,8 +169,14 @@ def submit_script(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = COMMAND_TIMEOUT_S,
+    retry_for: float = SUBMIT_RETRY_FOR_S,
 ) -> str:
     """Submit a batch script with ``sbatch --parsable``; return the job id.
+
+    A refusal that passes (``QOSMaxSubmitJobPerUserLimit``, ``MaxJobCount`` reached, a
+    busy controller: :data:`TRANSIENT_REFUSALS`) is retried after 2, 4, 8, ... s (at
+    most 60 s apart) for up to ``retry_for`` seconds; each wait prints one line on
+    stderr saying what was limited and why.
 
     Args:
         script: path of the batch script.
@@ -145,6 +185,7 @@ def submit_script(
         cwd: the submission directory (the job's working directory by default).
         env: the environment to submit with (and export to the job).
         timeout: seconds to wait for ``sbatch``.
+        retry_for: seconds to keep retrying transient refusals (0: never retry).
 
     Returns:
         The job id, e.g. ``"4242"`` (for an array: the array's id; a ``;cluster``
@@ -152,11 +193,28 @@ def submit_script(
 
     Raises:
         SlurmCommandError: sbatch refused the job (its message says why: an unknown
-            partition, a limit, a bad option) or did not answer.
+            partition, a limit, a bad option), still refused it after ``retry_for``
+            seconds, or did not answer.
     """
-    done = run_command(
-        ["sbatch", "--parsable", *args, os.fspath(script)], timeout=timeout, cwd=cwd, env=env
-    )
+    command = ["sbatch", "--parsable", *args, os.fspath(script)]
+    start = time.monotonic()
+    wait, most = SUBMIT_BACKOFF_S
+    while True:
+        try:
+            done = run_command(command, timeout=timeout, cwd=cwd, env=env)
+            break
+        except SlurmCommandError as exc:
+            why = transient_refusal(exc.output)
+            waited = time.monotonic() - start
+            if why is None or waited + wait > retry_for:
+                raise
+            print(
+                f"paralela: sbatch refused the job ({why}); trying again in {wait:g} s "
+                f"(refused for {waited:.0f} s, giving up after {retry_for:g} s)",
+                file=sys.stderr,
+            )
+            time.sleep(wait)
+            wait = min(most, wait * 2)
     job_id = done.stdout.strip().splitlines()[-1].split(";")[0] if done.stdout.strip() else ""
     if not job_id.isdigit():
         raise SlurmCommandError(["sbatch", *args], done.returncode, f"unexpected output {job_id!r}")
@@ -244,6 +302,22 @@ class ClusterLimits:
         """The most array tasks one submission may hold under these limits."""
         limits = [v for v in (self.max_array_size, self.max_job_count, self.max_submit_jobs) if v]
         return min(limits) if limits else None
+
+    def binding(self) -> str:
+        """The limit that sets :meth:`max_tasks`, as ``"MaxArraySize=1001"`` (``""``: none)."""
+        named = [
+            (v, k)
+            for k, v in (
+                ("MaxArraySize", self.max_array_size),
+                ("MaxJobCount", self.max_job_count),
+                ("MaxSubmitJobs", self.max_submit_jobs),
+            )
+            if v
+        ]
+        if not named:
+            return ""
+        value, name = min(named)
+        return f"{name}={value}"
 
 
 def parse_limits(config_text: str, assoc_text: str = "") -> ClusterLimits:

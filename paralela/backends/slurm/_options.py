@@ -32,6 +32,9 @@ DEFAULT_MAX_JOBS = 128
 # Seconds between Slurm's warning signal and the time limit: enough to write a
 # checkpoint and requeue, as submitit's default (90 s) plus margin for busy filesystems.
 DEFAULT_SIGNAL_DELAY_S = 120
+# At most this many tasks of one array run at once (``%256``), submitit's default for
+# slurm_array_parallelism: a large array then never takes a whole shared cluster.
+DEFAULT_ARRAY_PARALLELISM = 256
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,8 @@ class SlurmOptions:
         slurm_constraint: ``--constraint``.
         slurm_additional: more sbatch options: a dict (``{"exclusive": True,
             "reservation": "r1"}``) or a string/list of raw options (``"--exclusive"``).
-        slurm_array_parallelism: at most this many tasks of one array run at once (``%N``).
+        slurm_array_parallelism: at most this many tasks of one array run at once
+            (``%N``; default 256, as submitit's; ``None``: no throttle).
         slurm_job_name: ``--job-name``.
         slurm_job_dir: where job files (pickled calls, results, logs) go; must be on a
             filesystem the compute nodes share. Default ``./paralela-runs/slurm-jobs``.
@@ -82,7 +86,7 @@ class SlurmOptions:
     slurm_qos: str | None = None
     slurm_constraint: str | None = None
     slurm_additional: tuple[str, ...] = ()
-    slurm_array_parallelism: int | None = None
+    slurm_array_parallelism: int | None = DEFAULT_ARRAY_PARALLELISM
     slurm_job_name: str = "paralela"
     slurm_job_dir: str | None = None
     slurm_signal_delay_s: int = DEFAULT_SIGNAL_DELAY_S
