@@ -437,3 +437,18 @@ def test_each_worker_holds_its_own_gpu() -> None:
         seen = {o["cuda"] for o in outputs}
         assert all(v and "," not in v for v in seen), "each worker sees exactly one GPU"
         assert len(seen) == len(gpus), "the workers spread over every GPU"
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_openmp_threads_of_a_worker_sleep_when_they_wait_unless_told(
+    given: str | None, seen: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # spinning OpenMP threads take the CPUs the server and the clients need (bench_serve)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    env = {"OMP_WAIT_POLICY": given} if given else None
+    with serving("serve_helpers:Echo", "--workers", "1", env=env) as server:
+        (worker,) = server.workers()
+        with open(f"/proc/{worker}/environ", "rb") as f:
+            environ = dict(v.partition(b"=")[::2] for v in f.read().split(b"\0") if v)
+        assert environ[b"OMP_WAIT_POLICY"] == seen.encode()
+        assert _post(server, {"input": 1}).status_code == 200

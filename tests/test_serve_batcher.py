@@ -120,3 +120,69 @@ def test_a_lone_free_worker_takes_the_whole_queue() -> None:
         return len(await batcher.take())
 
     assert run(main()) == 8
+
+
+def _took(batcher: Batcher, expect: int, linger: float) -> asyncio.Future[list[int]]:
+    async def take() -> list[int]:
+        return [i.value for i in await batcher.take(expect, linger)]
+
+    return asyncio.ensure_future(asyncio.wait_for(take(), 30.0))  # hang-proof
+
+
+def test_a_worker_that_answered_a_batch_waits_for_its_clients_to_come_back() -> None:
+    async def main() -> list[int]:
+        # 8 closed-loop clients: 4 queued while the worker answered the other 4
+        batcher = Batcher(max_batch=32, max_wait=0.0, max_queue=100)
+        batcher.put([1, 2, 3, 4])
+        taking = _took(batcher, expect=4, linger=60.0)
+        loop = asyncio.get_running_loop()
+        for i, value in enumerate([5, 6, 7, 8]):
+            loop.call_later(0.01 * (i + 1), batcher.put, [value])
+        return await taking  # not after 60 s: the 4th client ends the wait
+
+    assert run(main()) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_the_linger_ends_at_its_bound_when_the_clients_do_not_come_back() -> None:
+    async def main() -> list[int]:
+        batcher = Batcher(max_batch=32, max_wait=0.0, max_queue=100)
+        batcher.put([1, 2])
+        return await _took(batcher, expect=4, linger=0.05)
+
+    assert run(main()) == [1, 2]
+
+
+def test_a_lone_client_is_answered_without_a_wait() -> None:
+    async def main() -> list[str]:
+        # c=1: the worker answered one input and expects one: its client's next request
+        batcher = Batcher(max_batch=32, max_wait=0.0, max_queue=100)
+        taking = _took(batcher, expect=1, linger=60.0)
+        await asyncio.sleep(0.01)
+        batcher.put(["next"])
+        return await taking
+
+    assert run(main()) == ["next"]
+
+
+def test_no_linger_when_the_queue_already_fills_a_batch() -> None:
+    async def main() -> list[int]:
+        batcher = Batcher(max_batch=4, max_wait=0.0, max_queue=100)
+        batcher.put([1, 2, 3, 4, 5])
+        return await _took(batcher, expect=4, linger=60.0)
+
+    assert run(main()) == [1, 2, 3, 4]
+
+
+def test_a_lingering_worker_counts_inputs_another_free_worker_took() -> None:
+    async def main() -> tuple[list[int], list[int]]:
+        batcher = Batcher(max_batch=32, max_wait=0.0, max_queue=100)
+        idle = _took(batcher, expect=0, linger=0.0)  # free, expecting nobody: takes at once
+        await asyncio.sleep(0.01)
+        lingering = _took(batcher, expect=2, linger=60.0)
+        await asyncio.sleep(0.01)
+        batcher.put([1])  # the idle worker takes it; the lingering one still counts it
+        first = await idle
+        batcher.put([2])
+        return first, await lingering
+
+    assert run(main()) == ([1], [2])

@@ -15,6 +15,13 @@ its order. An input whose request is gone (timed out, client left) has a done fu
 is dropped when taken. Under load the workers are busy while inputs queue, so batches grow
 with no waiting at all; ``max_wait`` only trades latency for larger batches at light load.
 All of it runs on the server's event loop: no locks.
+
+A worker that has just answered ``k`` inputs expects their clients back: clients send
+their next request once answered. Taking at once what else is queued would split the
+clients into groups that take turns (8 clients: two alternating batches of 4, each paying
+the model's fixed cost per batch); so the worker lingers, at most ``linger`` seconds, until
+``k`` more inputs have arrived. A lone client is answered with no wait (its next request
+is all the worker expects), and nothing lingers when no batch just ended.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class Batcher:
         self._waiters: list[asyncio.Future[None]] = []  # takers waiting for an input
         self._filling: list[asyncio.Future[None]] = []  # takers waiting for a full batch
         self._takers = 0  # workers inside take(): free, waiting for a batch
+        self._arrived = 0  # inputs ever queued: a lingering worker counts its clients back
 
     def __len__(self) -> int:
         return len(self._items)
@@ -80,20 +88,38 @@ class Batcher:
             future: asyncio.Future[Any] = loop.create_future()
             self._items.append(Item(value, future, now))
             futures.append(future)
+        self._arrived += len(values)
         _wake(self._waiters)
-        if len(self._items) >= self.max_batch:
-            _wake(self._filling)
+        _wake(self._filling)  # each checks its own target: few, and only while lingering
         return futures
 
-    async def take(self) -> list[Item]:
+    async def take(self, expect: int = 0, linger: float = 0.0) -> list[Item]:
         """The next batch: between 1 and ``max_batch`` inputs whose requests still wait.
         When several workers are free, each takes its share of the queue (8 inputs and 2
-        free workers: 4 each), so that none idles while another runs a double batch."""
+        free workers: 4 each), so that none idles while another runs a double batch.
+
+        Args:
+            expect: inputs the worker has just answered, whose clients are expected back.
+            linger: the most seconds to wait for them: until ``expect`` more inputs have
+                arrived (fewer when the queue would pass ``max_batch``).
+        """
         self._takers += 1
         try:
+            need = min(expect, self.max_batch - len(self._items))
+            if need > 0 and linger > 0:
+                await self._linger(self._arrived + need, linger)
             return await self._take()
         finally:
             self._takers -= 1
+
+    async def _linger(self, target: int, linger: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + linger
+        while self._arrived < target:
+            delay = deadline - loop.time()
+            if delay <= 0:
+                return
+            await _wait(loop, self._filling, delay)
 
     async def _take(self) -> list[Item]:
         loop = asyncio.get_running_loop()

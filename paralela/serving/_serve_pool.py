@@ -4,7 +4,8 @@ on the server's event loop.
 ::
 
     for each slot:  coroutine ──start (thread)──> process: Model() + setup(device) ──ready
-                        │  loop: batch = await batcher.take()
+                        │  loop: batch = await batcher.take(), lingering for the
+                        │        clients of the batch it has just answered
                         │        send/receive on the worker's thread ──> answers to futures
                         │  the process died (EOF) ──> its batch fails at once (503), restart
                         │  a batch past stall_after (its requests had their 504): not ready,
@@ -43,6 +44,13 @@ __all__ = ["SETUP_ATTEMPTS", "WorkerDied", "WorkerPool"]
 _WORKER_CODE = "from paralela.serving._serve_worker import main; main()"
 #: Restarts of one worker whose setup fails this many times in a row are given up.
 SETUP_ATTEMPTS = 3
+#: A worker that has answered a batch waits for those clients' next requests at most this
+#: fraction of the batch's time (the batcher's linger). The clients of a closed loop are
+#: back within a round trip (~1 ms with all-MiniLM-L6-v2 at c=8 on 2 cores, where a batch
+#: takes 13-20 ms), and one batch of 8 costs 19 ms where two of 4 cost 26 ms
+#: (bench_serve.py, bench/results/serve-profile.md); a quarter bounds what a client that
+#: does not come back costs: at most a quarter of the worker's time.
+LINGER = 0.25
 
 
 class WorkerDied(Exception):
@@ -320,10 +328,11 @@ class WorkerPool:
 
     async def _serve(self, worker: _Worker, loop: asyncio.AbstractEventLoop) -> None:
         """Take batches until the worker dies or hangs (then returns) or the pool stops."""
+        answered, took = 0, 0.0  # the last batch: its clients are expected back
         while True:
             worker.idle = True
             try:
-                batch = await self.batcher.take()
+                batch = await self.batcher.take(answered, LINGER * took)
             finally:
                 worker.idle = False
             self.metrics.batch_size.observe(len(batch))
@@ -352,7 +361,9 @@ class WorkerPool:
                 raise
             finally:
                 worker.busy_since = None
-            self.metrics.batch_seconds.observe(loop.time() - sent)
+            took = loop.time() - sent
+            answered = len(batch)
+            self.metrics.batch_seconds.observe(took)
             self.metrics.inputs += len(batch)
             for item, output in zip(batch, outputs, strict=True):
                 if not item.future.done():
@@ -406,8 +417,22 @@ def _fail(batch: list[Item], exc: BaseException) -> None:
             item.future.set_exception(exc)
 
 
+#: OpenMP's threads sleep when they wait (unless the user's environment says otherwise).
+#: By default a thread of a team spins for milliseconds after each parallel region: a
+#: worker of 2 torch threads on 2 CPUs then burns CPU between batches that the HTTP
+#: process and the clients need, and on a machine busy with other work, a spinning thread
+#: holds a CPU while its team waits at a barrier for the thread that lost its own.
+#: bench_serve.py's model (all-MiniLM-L6-v2) in process on 2 threads, on 2 CPUs with a
+#: load average of 11-14 from other work: spinning, 346-1,148 ms a sentence and
+#: 473-1,638 ms a batch of 8; sleeping, 18-31 ms and 69-99 ms (3 runs each;
+#: bench/results/serve-profile.md). Set OMP_WAIT_POLICY=ACTIVE for CPUs of the server's own.
+OPENMP_WAIT = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def worker_envs(slots: list[Any]) -> list[dict[str, str]]:
-    """Each slot's worker environment: its GPUs and thread limits over this one's."""
+    """Each slot's worker environment: its GPUs and thread limits over this one's, and
+    OpenMP's threads sleeping when they wait (:data:`OPENMP_WAIT`)."""
     from paralela.backends import worker_envs as slot_envs  # as the processes backend's
 
-    return slot_envs(len(slots), slots) if slots else []
+    envs = slot_envs(len(slots), slots) if slots else []
+    return [{**OPENMP_WAIT, **env} for env in envs]
