@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paralela._files import batched_dir_syncs
 from paralela.studies import INTERRUPTED_ATTR, UNUSED_ATTR
 from paralela.sweeping._results import SweepResult, TrialRecord
 
@@ -98,8 +99,9 @@ def save_plots(study: Any, directory: Path) -> tuple[list[Path], list[str]]:
 
 
 def write_outputs(result: SweepResult, study: Any, *, plots: bool = True) -> None:
-    result.to_csv(result.run_dir / "trials.csv")
-    result.to_json(result.run_dir / "trials.json")
+    with batched_dir_syncs():  # each file synced and renamed whole; the directory once
+        result.to_csv(result.run_dir / "trials.csv")
+        result.to_json(result.run_dir / "trials.json")
     if not plots:
         return
     _, problems = save_plots(study, result.run_dir / "plots")
