@@ -13,12 +13,12 @@ Two ways to train one model on several processes with data parallelism:
   trainers' pushes into one step; ``async`` applies each push as it comes.
 
 This script starts each variant with ``paralela.launch`` (gloo and TensorPipe on CPU,
-on this machine) as its own ranks, and each rank times its training steps on an MLP of
-about 1.3 million parameters (5.3 MB of float32) with random data: one process alone
-(no communication), all-reduce on 2 ranks, and a parameter server with 1 server and 2
-trainers, sync and async. It prints the median time per step, the samples per second
-of the whole job, and the bytes each trainer and the busiest process move per step
-(from the model's size, by the formulas above). Run::
+on this machine, one torch thread per rank) as its own ranks, and each rank times its
+training steps on an MLP of about 1.3 million parameters (5.3 MB of float32) with random
+data: one process alone (no communication), all-reduce on 2 ranks, and a parameter
+server with 1 server and 2 trainers, sync and async. It prints the median time per
+step, the samples per second of the whole job, and the bytes each trainer and the
+busiest process move per step (from the model's size, by the formulas above). Run::
 
     python examples/lessons/allreduce_vs_ps.py [--quick]
 
@@ -44,9 +44,14 @@ WARMUP = 3  # untimed steps (connections, allocator, DDP's buckets)
 
 
 def make_model() -> Any:
-    """The same seeded MLP on every rank: 256 -> 1024 -> 1024 -> 10 (1.3 M parameters)."""
+    """The same seeded MLP on every rank: 256 -> 1024 -> 1024 -> 10 (1.3 M parameters).
+
+    Every rank computes with one thread, alone too: a rank stands for one core, and on a
+    shared machine threads that wait for each other at every layer cost more than they
+    give (the launcher would give a rank alone both cores' threads)."""
     import torch
 
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     return torch.nn.Sequential(
         torch.nn.Linear(256, 1024),

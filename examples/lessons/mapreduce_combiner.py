@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import shutil
 import sys
 import tempfile
@@ -54,12 +55,14 @@ def start_spark() -> Any:
     JVM's start-up, 5 to 20 s here, is then outside the timings)."""
     from pyspark.sql import SparkSession
 
+    # pyspark starts its Python workers with $PYSPARK_PYTHON, else "python3": maybe a
+    # Python without paralela. This one has it.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("lesson-mapreduce-combiner")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.pyspark.python", sys.executable)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

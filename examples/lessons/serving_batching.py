@@ -14,9 +14,10 @@ does) with ``paralela serve`` on 127.0.0.1 (a free port, one model worker), twic
 ``--max-batch 1`` (no batching) and the default ``--max-batch 32``. For each, client
 threads send ``POST /predict`` with one image each, at a few concurrencies, for a fixed
 time; it prints requests per second, the median latency and the mean batch the server
-made (from ``/metrics``). Then it predicts scikit-learn's digits images offline: a
-serial loop one image at a time, one in batches of 64, and ``paralela.predict`` (2
-workers, batches of 64) over ten copies of the 1,797 images. Run::
+made (from ``/metrics``). Then offline, from a JSON-lines file of scikit-learn's 1,797
+digits images repeated 10 times to a file of outputs: a serial loop one image per call,
+one in batches of 64, and ``paralela.predict`` (2 workers, batches of 64), whose
+outputs it checks against the serial loop's. Run::
 
     python examples/lessons/serving_batching.py [--quick]
 
@@ -179,43 +180,62 @@ def serve_rows(
     return rows
 
 
+def serial_job(model: WideMLP, source: Path, target: Path, batch_size: int) -> None:
+    """What ``paralela predict`` does, in one loop: read JSON lines, predict in batches,
+    write one JSON line per output."""
+    with source.open() as lines, target.open("w") as out:
+        batch: list[Any] = []
+        for line in lines:
+            batch.append(json.loads(line))
+            if len(batch) == batch_size:
+                out.writelines(json.dumps({"output": y}) + "\n" for y in model.predict(batch))
+                batch = []
+        if batch:
+            out.writelines(json.dumps({"output": y}) + "\n" for y in model.predict(batch))
+
+
 def predict_rows(images: np.ndarray, copies: int) -> list[tuple[str, float]]:
-    """Records per second: a serial loop of single images, one of batches of 64, then
-    ``paralela.predict`` over ``copies`` times the images."""
+    """Images per second from a JSON-lines file of ``copies`` times the images, to one of
+    outputs: serial loops (one image per call, batches of 64), then ``paralela.predict``."""
     import paralela
 
     model = WideMLP()
     model.setup("cpu")
-    one_by_one = [image.tolist() for image in images]
-    records = one_by_one * copies
-    start = time.perf_counter()
-    for record in one_by_one:
-        model.predict([record])
-    single_rate = len(one_by_one) / (time.perf_counter() - start)
-    start = time.perf_counter()
-    serial: list[int] = []
-    for i in range(0, len(records), 64):
-        serial += model.predict(records[i : i + 64])
-    batched_rate = len(records) / (time.perf_counter() - start)
+    n = len(images) * copies
     with tempfile.TemporaryDirectory(prefix="lesson-predict-") as tmp:
+        source = Path(tmp) / "images.jsonl"
+        with source.open("w") as f:
+            for _ in range(copies):
+                f.writelines(json.dumps(image.astype(int).tolist()) + "\n" for image in images)
+        rates = []
+        for batch_size in (1, 64):
+            start = time.perf_counter()
+            serial_job(model, source, Path(tmp) / f"serial-{batch_size}.jsonl", batch_size)
+            rates.append(n / (time.perf_counter() - start))
         start = time.perf_counter()
         result = paralela.predict(
-            WideMLP, records, output=Path(tmp) / "out", batch_size=64, workers=2,
-            records_per_split=2048, progress=False,
+            WideMLP, str(source), output=Path(tmp) / "out", batch_size=64, workers=2,
+            keep_input=False, progress=False,
         )  # fmt: skip
-        swarm_s = time.perf_counter() - start
-        outputs = []
-        for part in sorted(result.output.glob("part-*.jsonl")):
-            outputs += [json.loads(line)["output"] for line in part.read_text().splitlines()]
+        rates.append(n / (time.perf_counter() - start))
+        outputs = [
+            json.loads(line)["output"]
+            for part in sorted(result.output.glob("part-*.jsonl"))
+            for line in part.read_text().splitlines()
+        ]
+        serial = [
+            json.loads(line)["output"]
+            for line in (Path(tmp) / "serial-64.jsonl").read_text().splitlines()
+        ]
     if outputs != serial:
         raise SystemExit("paralela.predict's outputs differ from the serial loop's")
     return [
-        (f"serial loop, one image per call ({len(one_by_one):,} images)", single_rate),
-        (f"serial loop, batches of 64 ({len(records):,} images)", batched_rate),
+        ("serial loop, one image per predict call", rates[0]),
+        ("serial loop, batches of 64", rates[1]),
         (
-            f"paralela.predict, 2 workers, batches of 64 ({len(records):,} images, "
-            "workers' start-up included)",
-            len(records) / swarm_s,
+            f"paralela predict, 2 workers, batches of 64 ({result.shards} shards; "
+            "the workers' start-up included)",
+            rates[2],
         ),
     ]
 
@@ -238,7 +258,10 @@ def main() -> int:
         print(f"| {max_batch} | {clients} | {rate:,.0f} | {median_ms:.1f} | {mean_batch:.1f} |")
 
     swarm = predict_rows(images, copies)
-    print("\nOffline, scikit-learn's digits images (repeated), one thread per process")
+    print(
+        f"\nOffline: {len(images) * copies:,} images (the digits, {copies} times) from a "
+        "JSON-lines file to one of outputs, one torch thread per process"
+    )
     print("| how | images/s |")
     print("|---|---|")
     for how, rate in swarm:
