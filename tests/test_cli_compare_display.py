@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from compare_helpers import write_wine_csv
 
-from paralela.cli._compare import _score
+from paralela.cli._compare import score_text
 from paralela.comparing._results import CandidateRecord, CompareResult
 
 # Logistic regression stopped after 3 or 4 iterations on unscaled data: every fold warns.
@@ -43,12 +43,12 @@ def record(number: int, state: str, scores: list[float | None], **kw: object) ->
 
 
 def test_a_pruned_candidates_score_says_how_many_folds_it_ran() -> None:
-    assert _score(record(0, "COMPLETE", [0.9, 0.9, 0.9])) == "0.9000 ± 0.0000"
-    assert _score(record(1, "PRUNED", [0.9667, 0.9667, None, None, None])) == (
+    assert score_text(record(0, "COMPLETE", [0.9, 0.9, 0.9])) == "0.9000 ± 0.0000"
+    assert score_text(record(1, "PRUNED", [0.9667, 0.9667, None, None, None])) == (
         "0.9667 (2/5 folds, pruned)"
     )
-    assert _score(record(2, "FAIL", [0.5, None, None])) == "0.5000 (1/3 folds, failed)"
-    assert _score(record(3, "FAIL", [None, None, None])) == "-"
+    assert score_text(record(2, "FAIL", [0.5, None, None])) == "0.5000 (1/3 folds, failed)"
+    assert score_text(record(3, "FAIL", [None, None, None])) == "-"
 
 
 def test_warnings_that_differ_in_their_numbers_are_one() -> None:

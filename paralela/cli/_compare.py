@@ -194,7 +194,7 @@ def _in_option_words(exc: BaseException) -> str:
     return str(exc).replace("give n_trials or time_budget", "give --n-trials or --time-budget")
 
 
-def _score(record: CandidateRecord) -> str:
+def score_text(record: CandidateRecord) -> str:
     """``0.9667 ± 0.0123`` over every fold; ``0.9667 (2/5 folds, pruned)`` for a
     candidate that stopped early (its mean is over the folds it ran, not comparable)."""
     if record.mean is None or math.isnan(record.mean):
@@ -271,7 +271,7 @@ def _print_result(result: CompareResult, task: str) -> None:
         per_family.add_row(
             family,
             f"#{record.number}",
-            _score(record),
+            score_text(record),
             f"{record.fit_seconds:.3f}",
             record.state.lower(),
             _short(record),
@@ -286,7 +286,7 @@ def _print_result(result: CompareResult, task: str) -> None:
             str(rank),
             f"#{record.number}",
             record.family,
-            _score(record),
+            score_text(record),
             f"{record.fit_seconds:.3f}",
             _short(record),
         )
@@ -304,7 +304,7 @@ def _print_result(result: CompareResult, task: str) -> None:
     best = result.best
     if best is not None:
         console.print(
-            f"Best: #{best.number} {best.family} {_params(best)}: {scoring} {_score(best)}",
+            f"Best: #{best.number} {best.family} {_params(best)}: {scoring} {score_text(best)}",
             soft_wrap=True,
         )
     for note in result.notes:

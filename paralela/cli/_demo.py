@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from paralela.cli._app import app
+from paralela.cli._compare import score_text
 from paralela.cli._errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -272,10 +273,12 @@ def _compare_step(console: Any, folds: int, workers: int | None, run_dir: Path) 
     table = Table(title="Comparison: best of each family", title_justify="left")
     for column in ("family", "accuracy", "± std", "parameters"):
         table.add_column(column, justify="left" if column in ("family", "parameters") else "right")
-    ranked = sorted(run.best_by_family.items(), key=lambda kv: -kv[1][0])
-    for family, (mean, std, params) in ranked:
-        shown = ", ".join(f"{k}={v}" for k, v in params.items())
-        table.add_row(family, f"{mean:.4f}", f"{std:.4f}", shown)
+    ranked = sorted(run.best_by_family.items(), key=lambda kv: -(kv[1].mean or 0.0))
+    for family, record in ranked:
+        shown = ", ".join(f"{k}={v}" for k, v in record.params.items())
+        # a pruned best ran fewer folds: its spread is not comparable, say so instead
+        mean, _, spread = score_text(record).partition(" ")
+        table.add_row(family, mean, spread.removeprefix("± "), shown)
     console.print(table)
     console.print(
         f"{run.candidates} candidates x {run.folds} folds on {run.slots} slots in "

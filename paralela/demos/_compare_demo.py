@@ -11,7 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from paralela.comparing import CandidateRecord
 
 __all__ = ["DEFAULT_FOLDS", "CompareDemoResult", "demo_families", "run_compare_demo"]
 
@@ -45,7 +48,7 @@ class CompareDemoResult:
     folds: int
     slots: int
     wall_seconds: float
-    best_by_family: dict[str, tuple[float, float, dict[str, Any]]]  # mean, std, params
+    best_by_family: dict[str, CandidateRecord]  # a pruned one says how many folds it ran
     best_family: str | None
     best_params: dict[str, Any] | None
     best_mean: float | None
@@ -98,10 +101,7 @@ def run_compare_demo(
         folds=folds,
         slots=result.slots,
         wall_seconds=wall,
-        best_by_family={
-            name: (r.mean or 0.0, r.std or 0.0, dict(r.params))
-            for name, r in result.families().items()
-        },
+        best_by_family=dict(result.families()),
         best_family=None if best is None else best.family,
         best_params=None if best is None else dict(best.params),
         best_mean=None if best is None else best.mean,
