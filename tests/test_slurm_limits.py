@@ -210,3 +210,39 @@ def test_calls_beyond_the_array_limit_go_as_several_throttled_arrays(
     err = capsys.readouterr().err
     assert "7 tasks go to Slurm as 3 arrays of at most 3" in err
     assert "the cluster's MaxArraySize=3" in err
+
+
+# -- scheduler calls do not grow with the tasks -----------------------------------------
+
+# A fake scontrol: `show job ID` prints one record per task of an array of $TASKS tasks
+# (every one COMPLETED), and appends its arguments to $SCONTROL_CALLS.
+FAKE_SCONTROL = f"""#!{sys.executable}
+import os, sys
+with open(os.environ["SCONTROL_CALLS"], "a") as fh:
+    fh.write(" ".join(sys.argv[1:]) + "\\n")
+job = sys.argv[-1]
+for task in range(int(os.environ["TASKS"])):
+    print(f"JobId={{int(job) + task + 1}} ArrayJobId={{job}} ArrayTaskId={{task}} "
+          "JobName=paralela\\n   JobState=COMPLETED Reason=None ExitCode=0:0")
+"""
+
+
+@pytest.mark.parametrize("tasks", [10, 5000])
+def test_a_state_poll_asks_once_per_array_whatever_its_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasks: int
+) -> None:
+    from paralela.backends.slurm import StateReader
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "scontrol"
+    tool.write_text(FAKE_SCONTROL)
+    tool.chmod(0o755)
+    calls = tmp_path / "scontrol-calls.txt"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SCONTROL_CALLS", str(calls))
+    monkeypatch.setenv("TASKS", str(tasks))
+    states = StateReader(use_sacct=False).query(["100000", "200000", "300000"])
+    assert len(states) == 3 * tasks
+    assert all(s.state == "COMPLETED" for s in states.values())
+    assert made(calls) == [f"show job {j}" for j in ("100000", "200000", "300000")]

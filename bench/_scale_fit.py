@@ -1,0 +1,323 @@
+"""Fits, projections and the report of ``bench_scale.py``.
+
+::
+
+    scale.jsonl (one line per row and cluster size)
+      -> fit(nodes, y): y = a + b*n by least squares (b's standard error), and the
+         exponent k of y ~ c*n^k on log-log axes (its standard error): k + 2 se <= 1.15
+         reads "at most linear", k <= 0.3 "about constant"
+      -> projection to 1,000 nodes from the linear fit (a + 1000 b, +- its error)
+      -> latency model: each Slurm command's median latency on this machine, and
+         scontrol's against the array tasks it reports, for 10,000 array tasks
+      -> results/scale.md (tables) and results/scale-<row>.svg (the curves)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Figures fitted against the nodes, with how they read in the tables.
+METRICS = (
+    ("overhead_s", "wall - own work (s)"),
+    ("first_result_s", "first result (s)"),
+    ("driver_cpu_s", "driver CPU (s)"),
+    ("commands_cpu_s", "Slurm commands' CPU (s)"),
+    ("peak_rss_mb", "driver peak RSS (MB)"),
+    ("files", "files left"),
+    ("scheduler_calls", "scheduler calls"),
+    ("calls_per_s", "scheduler calls/s"),
+)
+
+
+@dataclass(frozen=True)
+class Fit:
+    a: float
+    b: float
+    b_se: float
+    k: float
+    k_se: float
+
+    def at(self, n: float) -> tuple[float, float]:
+        """The linear fit's value at ``n``, and its error (from b's standard error)."""
+        return self.a + self.b * n, self.b_se * n
+
+    @property
+    def reads(self) -> str:
+        if math.isnan(self.k):
+            return "n/a"
+        if self.k + 2 * self.k_se <= 0.3:
+            return "about constant"
+        if self.k + 2 * self.k_se <= 1.15:
+            return "at most linear"
+        if self.k - 2 * self.k_se > 1.15:
+            return "FASTER than linear"
+        return "linear or worse (uncertain)"
+
+
+def _line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
+    """Least squares y = a + b x; returns a, b and b's standard error."""
+    n = len(x)
+    mx, my = statistics.fmean(x), statistics.fmean(y)
+    sxx = sum((xi - mx) ** 2 for xi in x)
+    b = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y, strict=True)) / sxx
+    a = my - b * mx
+    if n <= 2:
+        return a, b, float("nan")
+    residual = sum((yi - a - b * xi) ** 2 for xi, yi in zip(x, y, strict=True))
+    return a, b, math.sqrt(residual / (n - 2) / sxx)
+
+
+def fit(nodes: Sequence[float], values: Sequence[float]) -> Fit:
+    a, b, b_se = _line(nodes, values)
+    positive = [(n, v) for n, v in zip(nodes, values, strict=True) if v > 0]
+    if len(positive) >= 3:
+        _, k, k_se = _line([math.log(n) for n, _ in positive], [math.log(v) for _, v in positive])
+    else:
+        k, k_se = float("nan"), float("nan")
+    return Fit(a, b, b_se, k, k_se)
+
+
+def _derived(row: dict[str, Any]) -> dict[str, Any]:
+    row = dict(row)
+    row["overhead_s"] = row["wall_s"] - row["own_work_s"]
+    row["scheduler_calls"] = sum(row["calls"].values())
+    return row
+
+
+def _g(x: float) -> str:
+    if math.isnan(x):
+        return "n/a"
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def _plot(name: str, rows: list[dict[str, Any]], out: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    nodes = [r["nodes"] for r in rows]
+    fig, axes = plt.subplots(2, 4, figsize=(14, 6))
+    for ax, (key, label) in zip(axes.flat, METRICS, strict=True):
+        ax.plot(nodes, [r[key] for r in rows], "o-")
+        ax.set_xscale("log", base=2)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("emulated nodes", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle(f"bench_scale.py: {name} (2-core machine shared with others)")
+    fig.tight_layout()
+    path = out.parent / f"scale-{name}.svg"
+    fig.savefig(path)
+    plt.close(fig)
+    return path.name
+
+
+def latency_model(rows: list[dict[str, Any]]) -> dict[str, tuple[float, int]]:
+    """Each command's median latency (s) and how many calls it is measured on."""
+    by_name: dict[str, list[float]] = {}
+    for row in rows:
+        for name, latencies in row.get("latency_s", {}).items():
+            by_name.setdefault(name, []).extend(latencies)
+    return {n: (statistics.median(v), len(v)) for n, v in sorted(by_name.items())}
+
+
+def report_lines(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    lines: list[str] = []
+    names = sorted({r["row"] for r in rows if r["row"].startswith("map")}, key=len)
+    for name in names:
+        mine = sorted((_derived(r) for r in rows if r["row"] == name), key=lambda r: r["nodes"])
+        # The latest run of each size.
+        by_size = {r["nodes"]: r for r in mine}
+        mine = [by_size[n] for n in sorted(by_size)]
+        first = mine[0]
+        lines += [
+            "",
+            f"### `{name}`: {first['items']:,} items of {first['item_ms']:g} ms, "
+            "one array task per node",
+            "",
+        ]
+        table = []
+        for r in mine:
+            calls = ", ".join(f"{k} {v}" for k, v in sorted(r["calls"].items()))
+            table.append(
+                [
+                    str(r["nodes"]),
+                    f"{r['arrays']} / {r['array_tasks']}",
+                    _g(r["wall_s"]),
+                    _g(r["own_work_s"]),
+                    _g(r["first_result_s"]),
+                    _g(r["driver_cpu_s"]),
+                    _g(r["commands_cpu_s"]),
+                    _g(r["peak_rss_mb"]),
+                    str(r["files"]),
+                    calls,
+                    _g(r["calls_per_s"]),
+                    f"{r['load']:.1f}",
+                ]
+            )
+        lines += _table(
+            [
+                "nodes", "arrays / tasks", "wall s", "own work s", "first result s",
+                "driver CPU s", "commands CPU s", "peak RSS MB", "files", "calls",
+                "calls/s", "load",
+            ],
+            table,
+        )  # fmt: skip
+        if len(mine) >= 3:
+            nodes = [float(r["nodes"]) for r in mine]
+            fits = []
+            for key, label in METRICS:
+                values = [float(r[key]) for r in mine]
+                f = fit(nodes, values)
+                at, err = f.at(1000)
+                projected = f"{_g(at)} ± {_g(err)}"
+                if f.b <= 0 or f.reads == "about constant":
+                    projected = f"≈ {_g(max(values))} (no growth: the largest measured)"
+                fits.append(
+                    [
+                        label,
+                        f"{_g(f.a)} + {_g(f.b)}·n (± {_g(f.b_se)})",
+                        f"{_g(f.k)} ± {_g(f.k_se)}",
+                        f.reads,
+                        projected,
+                    ]
+                )
+            lines += [
+                "",
+                f"Fits over {len(mine)} sizes ({', '.join(str(int(n)) for n in nodes)} nodes):",
+                "",
+                *_table(
+                    ["figure", "linear fit", "exponent k (y ~ n^k)", "grows", "at 1,000 nodes"],
+                    fits,
+                ),
+            ]
+        chart = _plot(name, mine, out)
+        if chart:
+            lines += ["", f"![{name}]({chart})"]
+    lines += launch_lines([r for r in rows if r["row"] == "launch"])
+    lines += poll_lines([r for r in rows if r["row"] == "latency"])
+    model = latency_model(rows)
+    if model:
+        lines += [
+            "",
+            "### Latency model: the Slurm commands on this machine",
+            "",
+            "Median latency of each command the drivers above ran (the wrappers' clock, "
+            "start to end, process start-up included):",
+            "",
+            *_table(
+                ["command", "median s", "calls measured"],
+                [[n, _g(m), str(c)] for n, (m, c) in model.items()],
+            ),
+        ]
+    return lines
+
+
+def launch_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    by_size = {r["nodes"]: r for r in rows}
+    table = []
+    for n in sorted(by_size):
+        t = by_size[n]["srun_to_all_ranks_s"]
+        best_p, best_t = min(t["paralela"]), min(t["torchrun"])
+        table.append(
+            [
+                str(n),
+                ", ".join(_g(x) for x in t["paralela"]),
+                ", ".join(_g(x) for x in t["torchrun"]),
+                f"{best_p / best_t:.2f}",
+                f"{by_size[n]['load']:.1f}",
+            ]
+        )
+    return [
+        "",
+        "### `launch`: `srun` to every rank past its first all-reduce, one rank per node",
+        "",
+        *_table(
+            ["ranks (= nodes)", "paralela launch s", "torchrun (c10d) s", "best / best", "load"],
+            table,
+        ),
+    ]
+
+
+def polls_in(run_s: float, lo: float = 1.0, hi: float = 15.0) -> int:
+    """State polls the backend makes in a run of ``run_s`` seconds: every
+    ``min(hi, max(lo, age / 10))`` seconds (``STATE_POLL_S`` in the backend)."""
+    age, polls = 0.0, 0
+    while age < run_s:
+        age += min(hi, max(lo, age / 10))
+        polls += 1
+    return polls
+
+
+def poll_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    tasks = rows[-1]["tasks"]
+    table = [
+        [
+            f"{int(k):,}",
+            _g(v["sbatch_s"]),
+            _g(v["scontrol_s"]),
+            f"{v['scontrol_bytes']:,}",
+            _g(v["squeue_s"]),
+            f"{v['squeue_bytes']:,}",
+        ]
+        for k, v in sorted(tasks.items(), key=lambda kv: int(kv[0]))
+    ]
+    lines = [
+        "",
+        f"### Latency model: one array of K no-op tasks on {rows[-1]['nodes']} nodes",
+        "",
+        "`sbatch` of the array, then, once every task ended, `scontrol show job` (what the "
+        "backend asks per array and poll when there is no accounting) and `squeue -t all "
+        "-r -j` of it (best of 3):",
+        "",
+        *_table(
+            ["K tasks", "sbatch s", "scontrol s", "scontrol bytes", "squeue s", "squeue bytes"],
+            table,
+        ),
+    ]
+    sizes = sorted(int(k) for k in tasks)
+    if len(sizes) >= 2:
+        lo, hi = tasks[str(sizes[0])], tasks[str(sizes[-1])]
+        per_task = (hi["scontrol_s"] - lo["scontrol_s"]) / (sizes[-1] - sizes[0])
+        fixed = lo["scontrol_s"] - per_task * sizes[0]
+        arrays = math.ceil(10_000 / 1001)
+        poll_s = arrays * (fixed + per_task * 1001)
+        hour = polls_in(3600)
+        lines += [
+            "",
+            f"Projection to 10,000 array tasks (`MaxArraySize=1001`: {arrays} arrays, "
+            f"{arrays} sbatch calls of ~{_g(hi['sbatch_s'])} s): scontrol costs "
+            f"{_g(fixed)} s + {per_task * 1000:.3g} ms per task of the array (linear between "
+            f"{sizes[0]:,} and {sizes[-1]:,} tasks), so one state poll of {arrays} full arrays "
+            f"takes ~{_g(poll_s)} s of scontrol, and a one-hour map makes {hour} polls "
+            f"(every 1 s at first, at most every 15 s): ~{_g(hour * poll_s)} s of scheduler "
+            f"calls in an hour, {hour * arrays} calls, {hour * arrays / 3600:.2f} calls/s. "
+            "With accounting (`sacct`, the usual case) it is one call per poll for every "
+            "array together.",
+        ]
+    return lines
+
+
+def write_report(results: Path, out: Path, preamble: str = "", epilogue: str = "") -> None:
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    body = report_lines(rows, out)
+    out.write_text(preamble + "\n".join(body) + "\n" + epilogue)
+    print(out.read_text())
