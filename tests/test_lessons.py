@@ -8,7 +8,9 @@ moment it lands. Timings are printed, never asserted: speed lives in bench/.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,23 +21,40 @@ ROOT = Path(__file__).resolve().parent.parent
 LESSONS = ROOT / "examples" / "lessons"
 PAGES = ROOT / "docs" / "lessons"
 SCRIPTS = sorted(LESSONS.glob("*.py")) if LESSONS.is_dir() else []
+LESSON_TIMEOUT = 100  # seconds; within pytest-timeout's 120
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
 def test_lesson_runs_in_its_short_mode(script: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARALELA_")}
-    proc = subprocess.run(
+    # A session of its own: a lesson that hangs is killed with everything it started (a
+    # server, workers), and its output so far is shown.
+    proc = subprocess.Popen(
         [sys.executable, str(script), "--quick"],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=110,
+        start_new_session=True,
     )
-    output = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    try:
+        stdout, stderr = proc.communicate(timeout=LESSON_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(
+            f"{script.name} --quick ran past {LESSON_TIMEOUT} s (its short mode should take "
+            f"seconds)\nstdout:\n{stdout[-3000:]}\nstderr:\n{stderr[-3000:]}"
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what it left running, if anything
+    output = f"stdout:\n{stdout}\nstderr:\n{stderr}"
     assert proc.returncode == 0, f"{script.name} --quick exited {proc.returncode}\n{output}"
-    results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT: ")]
+    results = [line for line in stdout.splitlines() if line.startswith("RESULT: ")]
     assert results, f"{script.name} printed no 'RESULT: ' line\n{output}"
     assert all(line.removeprefix("RESULT: ").strip() for line in results), output
     # Temporary files live in temp dirs the script removes, never in the working directory.
