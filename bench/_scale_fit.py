@@ -208,6 +208,7 @@ def report_lines(rows: list[dict[str, Any]], out: Path) -> list[str]:
         chart = _plot(name, mine, out)
         if chart:
             lines += ["", f"![{name}]({chart})"]
+    lines += sweep_lines([r for r in rows if r["row"] == "sweep"])
     lines += launch_lines([r for r in rows if r["row"] == "launch"])
     lines += poll_lines([r for r in rows if r["row"] == "latency"])
     model = latency_model(rows)
@@ -224,6 +225,66 @@ def report_lines(rows: list[dict[str, Any]], out: Path) -> list[str]:
                 [[n, _g(m), str(c)] for n, (m, c) in model.items()],
             ),
         ]
+    return lines
+
+
+def sweep_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    by_size = {r["nodes"]: r for r in rows}
+    table = []
+    for n in sorted(by_size):
+        r = by_size[n]
+        problems = len(r["errors"]) + r["failed_trials"] + len(r["lock_messages"])
+        table.append(
+            [
+                str(n),
+                f"{r['drivers']} / {n * 2}",
+                f"{r['trials_run']:,} / {r['trials_asked']:,}",
+                _g(r["wall_s"]),
+                _g(r["first_trial_s"]),
+                _g(r["span_s"]),
+                _g(r["ideal_s"]),
+                _g(r["trials_per_s"]),
+                f"{r['slot_busy']:.0%}",
+                str(problems),
+                f"{r['load']:.1f}",
+            ]
+        )
+    lines = [
+        "",
+        "### `sweep`: trials of 0.1-1 s, one per fake GPU, one driver per node on one SQLite study",
+        "",
+        "`span` runs from the first trial's start to the last one's end; `ideal` is the "
+        "trials' own time over the slots; `busy` = ideal / span; `errors` counts drivers' "
+        "exceptions, FAILed trials and 'database is locked' messages together.",
+        "",
+        *_table(
+            [
+                "nodes",
+                "drivers / slots",
+                "trials run / asked",
+                "wall s",
+                "first trial s",
+                "span s",
+                "ideal s",
+                "trials/s",
+                "busy",
+                "errors",
+                "load",
+            ],
+            table,
+        ),
+    ]
+    sizes = sorted(by_size)
+    if len(sizes) >= 3:
+        nodes = [float(n) for n in sizes]
+        fits = []
+        for key, label in (("trials_per_s", "trials/s"), ("first_trial_s", "first trial (s)")):
+            f = fit(nodes, [float(by_size[n][key]) for n in sizes])
+            fits.append([label, f"{_g(f.a)} + {_g(f.b)}·n (± {_g(f.b_se)})",
+                         f"{_g(f.k)} ± {_g(f.k_se)}", f.reads])  # fmt: skip
+        lines += ["", *_table(["figure", "linear fit", "exponent k", "grows"], fits)]
     return lines
 
 

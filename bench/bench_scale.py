@@ -16,6 +16,11 @@ Rows:
   ``sacct``/``scontrol``/``scancel`` call the driver made, with its latency.
 - ``map_tiny``: the same with items that do nothing (``--tiny-items``, 1,000,000 by
   default): what paralela itself costs per item.
+- ``sweep``: 1,000 trials sleeping 0.1-1 s, one per fake GPU (2 per node): ``srun``
+  runs one ``paralela.sweep`` driver per node (``_scale_sweep.py``), all on one run
+  directory, so N drivers write one SQLite study: trials run (none more than asked), slot
+  busy fraction over the trials' span, trials/s, time to the first trial, errors and
+  failed trials (none allowed).
 - ``launch``: ``srun -N N paralela launch _launch_work.py startup`` against ``srun -N N
   torchrun --nnodes N --rdzv-backend c10d``, one rank per node, alternating: seconds from
   ``srun`` to every rank past its first gloo all-reduce.
@@ -52,7 +57,8 @@ from _scale_cluster import ScaleCluster, read_calls
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LAUNCH_WORK = Path(__file__).resolve().parent / "_launch_work.py"
-ROWS = ("map", "map_tiny", "launch", "latency")
+SWEEP_WORK = Path(__file__).resolve().parent / "_scale_sweep.py"
+ROWS = ("map", "map_tiny", "sweep", "launch", "latency")
 # What `report` keeps of an earlier scale.md: the hand-written findings below this line.
 FINDINGS = "\n## Findings\n"
 PREAMBLE = """# Scale: paralela's own cost on 2 to 64 emulated Slurm nodes (issue 30)
@@ -223,10 +229,58 @@ def run_latency(cluster: ScaleCluster, args: argparse.Namespace) -> dict[str, An
     return {"tasks": figures}
 
 
+def run_sweep(cluster: ScaleCluster, args: argparse.Namespace) -> dict[str, Any]:
+    """``--sweep-trials`` trials of 0.1-1 s, one per fake GPU: ``srun -N N`` runs one
+    ``paralela.sweep`` driver per node on one run directory, so N drivers share one
+    SQLite study (``_scale_sweep.py``); the trials stamp their start and end."""
+    n = cluster.nodes
+    workdir = Path(args.workdir) / f"sweep-{n}"
+    subprocess.run(["rm", "-rf", str(workdir)], check=True)
+    workdir.mkdir(parents=True)
+    stamps = workdir / "stamps.txt"
+    env = {**cluster.env(workdir / "calls.log"), "SCALE_STAMPS": str(stamps)}
+    command = [
+        "srun", "-N", str(n), "--ntasks-per-node=1", f"--gres=gpu:{cluster.gpus}", "-t", "20",
+        sys.executable, str(SWEEP_WORK), str(workdir / "run"), str(args.sweep_trials),
+    ]  # fmt: skip
+    t0 = time.time()
+    proc = subprocess.run(command, env=env, cwd=workdir, capture_output=True, text=True)
+    wall = time.time() - t0
+    drivers = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    lines = stamps.read_text().splitlines() if stamps.exists() else []
+    if not lines:
+        raise SystemExit(f"sweep on {n} nodes ran no trial:\n{proc.stderr[-3000:]}")
+    spans = [(float(x.split()[1]), float(x.split()[2])) for x in lines]
+    first, last = min(s[0] for s in spans), max(s[1] for s in spans)
+    slots = n * cluster.gpus
+    errors = [d["error"] for d in drivers if d["error"]]
+    failed = max((d.get("states", {}).get("FAIL", 0) for d in drivers), default=0)
+    lock_lines = [x for x in proc.stderr.splitlines() if "locked" in x.lower()]
+    return {
+        "exit": proc.returncode,
+        "drivers": len(drivers),
+        "trials_run": len(spans),
+        "trials_asked": args.sweep_trials,
+        "wall_s": wall,
+        "span_s": last - first,
+        "first_trial_s": first - t0,
+        "trials_per_s": len(spans) / (last - first),
+        "slot_busy": sum(b - a for a, b in spans) / (slots * (last - first)),
+        "ideal_s": sum(b - a for a, b in spans) / slots,
+        "driver_busy": [d.get("busy") for d in drivers],
+        "driver_wall_s": [d["wall_s"] for d in drivers],
+        "errors": errors,
+        "failed_trials": failed,
+        "lock_messages": lock_lines[:5],
+        "stderr_tail": proc.stderr[-1500:] if proc.returncode else "",
+    }
+
+
 def run_row(row: str, cluster: ScaleCluster, args: argparse.Namespace) -> dict[str, Any]:
-    if row in ("launch", "latency"):
+    if row in ("launch", "latency", "sweep"):
         load = os.getloadavg()[0]
-        figures = run_launch(cluster, args) if row == "launch" else run_latency(cluster, args)
+        run = {"launch": run_launch, "latency": run_latency, "sweep": run_sweep}[row]
+        figures = run(cluster, args)
         figures.update(
             row=row, nodes=cluster.nodes, load=(load + os.getloadavg()[0]) / 2,
             when=time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -267,6 +321,7 @@ def main() -> None:
     parser.add_argument("--item-ms", type=float, default=1.0)
     parser.add_argument("--tiny-items", type=int, default=1_000_000)
     parser.add_argument("--launch-reps", type=int, default=2)
+    parser.add_argument("--sweep-trials", type=int, default=1000)
     parser.add_argument("--latency-tasks", default="100,1000")
     parser.add_argument("--workdir", default="/tmp/paralela-bench-scale")
     parser.add_argument("--results", default=str(RESULTS / "scale.jsonl"))
