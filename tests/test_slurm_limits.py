@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,29 @@ print("4242")
 """
 
 
+class FakeClock:
+    """The backoff's clock: time passes only when it sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(commands, "_now", fake.monotonic)
+    monkeypatch.setattr(commands, "_sleep", fake.sleep)
+    return fake
+
+
 @pytest.fixture
 def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fake sbatch first on PATH; returns the file its calls are written to."""
@@ -58,7 +80,6 @@ def fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SBATCH_CALLS", str(calls))
     monkeypatch.setenv("REFUSAL", QOS_REFUSAL)
-    monkeypatch.setattr(commands, "SUBMIT_BACKOFF_S", (0.01, 0.04))
     return calls
 
 
@@ -67,35 +88,41 @@ def made(calls: Path) -> list[str]:
 
 
 def test_a_submit_limit_refusal_is_waited_out_with_one_line_each_time(
-    fake_sbatch: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
-) -> None:
-    monkeypatch.setenv("REFUSE_TIMES", "4")
+    fake_sbatch: Path, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("REFUSE_TIMES", "7")
     assert submit_script(tmp_path / "job.sh", ["--array=0-9"]) == "4242"
-    assert len(made(fake_sbatch)) == 5  # four refusals, then the job
+    assert len(made(fake_sbatch)) == 8  # seven refusals, then the job
+    assert clock.sleeps == [2, 4, 8, 16, 32, 60, 60]  # doubling, capped at 60 s
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 7
     assert all("QOSMaxSubmitJobPerUserLimit" in line for line in lines)
     assert "limits how many jobs you may have queued" in lines[0]
-    waits = [line.split("trying again in ")[1].split(" s")[0] for line in lines]
-    assert waits == ["0.01", "0.02", "0.04", "0.04"]  # doubling, capped at the maximum
+    assert "trying again in 2 s (refused for 0 s, giving up after 600 s)" in lines[0]
+    assert "trying again in 60 s (refused for 122 s" in lines[-1]
 
 
 def test_the_backoff_gives_up_after_retry_for_and_raises_slurms_reason(
-    fake_sbatch: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
-) -> None:
-    monkeypatch.setenv("REFUSE_TIMES", "1000")
-    start = time.monotonic()
+    fake_sbatch: Path, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("REFUSE_TIMES", "1000")  # refuses for ever
     with pytest.raises(SlurmCommandError, match="QOSMaxSubmitJobPerUserLimit"):
-        submit_script(tmp_path / "job.sh", retry_for=0.3)
-    assert time.monotonic() - start < 60  # bounded (the fake refuses forever)
-    tries = len(made(fake_sbatch))
-    assert 2 <= tries <= 40
-    assert len(capsys.readouterr().err.splitlines()) == tries - 1
+        submit_script(tmp_path / "job.sh", retry_for=300)
+    # 2+4+8+16+32+60+60+60 = 242 s waited; one more 60 s wait would pass 300 s.
+    assert clock.sleeps == [2, 4, 8, 16, 32, 60, 60, 60]
+    assert len(made(fake_sbatch)) == 9
+    assert len(capsys.readouterr().err.splitlines()) == 8
+    with pytest.raises(SlurmCommandError, match="QOSMaxSubmitJobPerUserLimit"):
+        submit_script(tmp_path / "job.sh", retry_for=0)  # never retried
+    assert len(made(fake_sbatch)) == 10
 
 
 def test_a_refusal_that_waiting_cannot_cure_is_raised_at_once(
-    fake_sbatch: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
-) -> None:
+    fake_sbatch: Path, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:  # fmt: skip
     monkeypatch.setenv("REFUSE_TIMES", "1")
     monkeypatch.setenv(
         "REFUSAL", "sbatch: error: Batch job submission failed: Invalid partition name specified"
@@ -103,6 +130,7 @@ def test_a_refusal_that_waiting_cannot_cure_is_raised_at_once(
     with pytest.raises(SlurmCommandError, match="Invalid partition name"):
         submit_script(tmp_path / "job.sh")
     assert len(made(fake_sbatch)) == 1
+    assert clock.sleeps == []
     assert capsys.readouterr().err == ""
 
 

@@ -55,6 +55,9 @@ COMMAND_TIMEOUT_S = 60.0
 # only a few times; a map of thousands of tasks under MaxSubmitJobs needs longer.
 SUBMIT_BACKOFF_S = (2.0, 60.0)
 SUBMIT_RETRY_FOR_S = 600.0
+# The backoff's clock (tests replace both with a fake clock).
+_now = time.monotonic
+_sleep = time.sleep
 # What each transient refusal means, for the one line printed while waiting. The keys
 # are Slurm's own reasons, as sbatch prints them (slurm_errno.c). A timeout is not
 # among them: the job may have been queued all the same, and a retry would run it twice.
@@ -197,7 +200,7 @@ def submit_script(
             seconds, or did not answer.
     """
     command = ["sbatch", "--parsable", *args, os.fspath(script)]
-    start = time.monotonic()
+    start = _now()
     wait, most = SUBMIT_BACKOFF_S
     while True:
         try:
@@ -205,7 +208,7 @@ def submit_script(
             break
         except SlurmCommandError as exc:
             why = transient_refusal(exc.output)
-            waited = time.monotonic() - start
+            waited = _now() - start
             if why is None or waited + wait > retry_for:
                 raise
             print(
@@ -213,7 +216,7 @@ def submit_script(
                 f"(refused for {waited:.0f} s, giving up after {retry_for:g} s)",
                 file=sys.stderr,
             )
-            time.sleep(wait)
+            _sleep(wait)
             wait = min(most, wait * 2)
     job_id = done.stdout.strip().splitlines()[-1].split(";")[0] if done.stdout.strip() else ""
     if not job_id.isdigit():
