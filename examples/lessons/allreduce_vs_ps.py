@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 BATCH = 64  # per trainer
 WARMUP = 3  # untimed steps (connections, allocator, DDP's buckets)
@@ -95,7 +95,7 @@ def rank_allreduce(steps: int, out: Path) -> None:
     (out / f"rank-{ctx.rank}.json").write_text(json.dumps(record))
 
 
-def rank_parameter_server(steps: int, mode: str, out: Path) -> None:
+def rank_parameter_server(steps: int, mode: Literal["sync", "async"], out: Path) -> None:
     """One rank of a parameter server: rank 0 serves, the others train."""
     import torch
 
@@ -166,7 +166,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.role is not None:
         if args.role.startswith("ps-"):
-            rank_parameter_server(args.steps, args.role.removeprefix("ps-"), args.out)
+            mode: Literal["sync", "async"] = "async" if args.role == "ps-async" else "sync"
+            rank_parameter_server(args.steps, mode, args.out)
         else:
             rank_allreduce(args.steps, args.out)
         return 0
