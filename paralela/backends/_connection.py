@@ -53,6 +53,13 @@ class Connection:
         if fd >= 0:
             os.close(fd)
 
+    def __del__(self, _close: Any = os.close) -> None:
+        # As multiprocessing's: an end dropped is closed (os.close bound now, as module
+        # globals may be gone when this runs at interpreter exit).
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            _close(fd)
+
     def send_bytes(self, data: bytes) -> None:
         """Send one message (blocks until the socket took all of it)."""
         n = len(data)
