@@ -27,7 +27,7 @@ import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from paralela.distributed._ps import parameter_server
+from paralela.distributed import parameter_server
 from paralela.errors import ConfigError
 
 
