@@ -35,7 +35,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from paralela.sweeping._sql import TrialWriter
 
-__all__ = ["WorkerStorage", "worker_storage"]
+__all__ = ["WorkerStorage", "synchronous_normal", "worker_storage"]
 
 _FINISHED = frozenset({TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL})
 
@@ -50,6 +50,24 @@ def worker_storage(backend: Any, *, wal: bool) -> Any:
     if backend.engine.dialect.name != "sqlite" or not path or path == ":memory:":
         return backend
     return WorkerStorage(backend, path, wal=wal)
+
+
+def synchronous_normal(study: Any) -> bool:
+    """The driver commits to its SQLite database with ``synchronous=NORMAL`` (its own
+    database in the run directory, in WAL mode): its workers then commit the same way."""
+    engine = getattr(getattr(study._storage, "backend", None), "engine", None)
+    if engine is None or engine.dialect.name != "sqlite":
+        return False
+    connection = engine.raw_connection()
+    try:
+        cursor = connection.cursor()
+        try:
+            row = cursor.execute("PRAGMA synchronous").fetchone()
+        finally:
+            cursor.close()
+    finally:
+        connection.close()  # back to the pool
+    return row is not None and int(row[0]) == 1  # NORMAL
 
 
 class WorkerStorage(_CachedStorage):
