@@ -226,7 +226,7 @@ def test_spark_gives_the_uncombined_answer(
     spark_sessions.session("local[2]")
     directory, lines = corpus
     reducer = values_seen if combiner is None else combiner
-    options: dict[str, Any] = {"combiner": combiner, "split_bytes": 4096, "partitions": 3}
+    options: dict[str, Any] = {"combiner": combiner, "split_bytes": 16384, "partitions": 3}
     spark = paralela.mapreduce(mapper, reducer, str(directory), engine="spark", **options)
     local = paralela.mapreduce(mapper, reducer, str(directory), backend="threads", **options)
     assert spark.to_dict() == expected(mapper, reducer, lines)
