@@ -107,6 +107,8 @@ def _plot(name: str, rows: list[dict[str, Any]], out: Path) -> str | None:
         import matplotlib
 
         matplotlib.use("Agg")
+        matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: files 5x smaller
+        matplotlib.rcParams["svg.hashsalt"] = "scale"  # the same data, the same file
         import matplotlib.pyplot as plt
     except ImportError:
         return None
@@ -115,6 +117,7 @@ def _plot(name: str, rows: list[dict[str, Any]], out: Path) -> str | None:
     for ax, (key, label) in zip(axes.flat, METRICS, strict=True):
         ax.plot(nodes, [r[key] for r in rows], "o-")
         ax.set_xscale("log", base=2)
+        ax.set_ylim(bottom=0)  # from zero: a flat curve must look flat
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("emulated nodes", fontsize=8)
         ax.tick_params(labelsize=7)
