@@ -231,6 +231,15 @@ def report_lines(rows: list[dict[str, Any]], out: Path) -> list[str]:
     return lines
 
 
+def _lock(r: dict[str, Any]) -> str:
+    if "lock_waits" not in r:
+        return "not timed"
+    return (
+        f"{r['lock_waits']:,} asks, wait {_g(r['lock_wait_s'])} s "
+        f"(max {_g(r['lock_wait_max_s'])}), held {_g(r['lock_hold_s'])} s"
+    )
+
+
 def sweep_lines(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
@@ -251,6 +260,7 @@ def sweep_lines(rows: list[dict[str, Any]]) -> list[str]:
                 _g(r["trials_per_s"]),
                 f"{r['slot_busy']:.0%}",
                 str(problems),
+                _lock(r),
                 f"{r['load']:.1f}",
             ]
         )
@@ -260,7 +270,9 @@ def sweep_lines(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "`span` runs from the first trial's start to the last one's end; `ideal` is the "
         "trials' own time over the slots; `busy` = ideal / span; `errors` counts drivers' "
-        "exceptions, FAILed trials and 'database is locked' messages together.",
+        "exceptions, FAILed trials and 'database is locked' messages together; `budget lock` "
+        "is the run directory's lock that every driver takes before each ask (the shared "
+        "budget): asks, total and longest wait, total time held, over all drivers.",
         "",
         *_table(
             [
@@ -274,6 +286,7 @@ def sweep_lines(rows: list[dict[str, Any]]) -> list[str]:
                 "trials/s",
                 "busy",
                 "errors",
+                "budget lock",
                 "load",
             ],
             table,
@@ -283,7 +296,13 @@ def sweep_lines(rows: list[dict[str, Any]]) -> list[str]:
     if len(sizes) >= 3:
         nodes = [float(n) for n in sizes]
         fits = []
-        for key, label in (("trials_per_s", "trials/s"), ("first_trial_s", "first trial (s)")):
+        figures = [("trials_per_s", "trials/s"), ("first_trial_s", "first trial (s)")]
+        if all("lock_waits" in by_size[n] for n in sizes):
+            figures += [
+                ("lock_wait_s", "budget lock: wait, all drivers (s)"),
+                ("lock_wait_max_s", "budget lock: longest wait (s)"),
+            ]
+        for key, label in figures:
             f = fit(nodes, [float(by_size[n][key]) for n in sizes])
             fits.append([label, f"{_g(f.a)} + {_g(f.b)}·n (± {_g(f.b_se)})",
                          f"{_g(f.k)} ± {_g(f.k_se)}", f.reads])  # fmt: skip

@@ -5,7 +5,9 @@ drivers fill one SQLite study together, one trial per fake GPU of their node::
     srun -N 8 --ntasks-per-node=1 --gres=gpu:2 python bench/_scale_sweep.py RUN_DIR 1000
 
 Each trial sleeps its parameter ``t`` (0.1 to 1 s). The driver prints one JSON line:
-its node, wall time, slots, busy fraction, the trials it ran, and its errors.
+its node, wall time, slots, busy fraction, the study's trial states, its errors, and how
+long it waited for (and held) the run directory's lock that the shared budget takes
+before each ask.
 """
 
 from __future__ import annotations
@@ -26,8 +28,38 @@ def objective(params: dict[str, Any]) -> float:
     return float(params["t"])
 
 
+LOCK_WAITS: list[float] = []
+LOCK_HOLDS: list[float] = []
+
+
+def _time_the_budget_lock() -> None:
+    """Wrap the run directory's lock as the shared budget takes it before each ask, to
+    time how long this driver waits for the others and how long it holds it."""
+    import contextlib
+    from collections.abc import Iterator
+
+    import paralela.sweeping._budget as budget
+
+    real = budget.locked
+
+    @contextlib.contextmanager
+    def timed(directory: Any) -> Iterator[None]:
+        t0 = time.perf_counter()
+        with real(directory):
+            t1 = time.perf_counter()
+            try:
+                yield
+            finally:
+                LOCK_WAITS.append(t1 - t0)
+                LOCK_HOLDS.append(time.perf_counter() - t1)
+
+    budget.locked = timed
+
+
 def main() -> None:
     import paralela
+
+    _time_the_budget_lock()
 
     run_dir, trials = sys.argv[1], int(sys.argv[2])
     node = int(os.environ.get("SLURM_NODEID", "0"))
@@ -53,7 +85,18 @@ def main() -> None:
         error = f"{type(exc).__name__}: {exc}"
         figures = {}
     print(
-        json.dumps({"node": node, "wall_s": time.perf_counter() - t0, "error": error, **figures}),
+        json.dumps(
+            {
+                "node": node,
+                "wall_s": time.perf_counter() - t0,
+                "error": error,
+                "lock_waits": len(LOCK_WAITS),
+                "lock_wait_s": sum(LOCK_WAITS),
+                "lock_wait_max_s": max(LOCK_WAITS, default=0.0),
+                "lock_hold_s": sum(LOCK_HOLDS),
+                **figures,
+            }
+        ),
         flush=True,
     )
 

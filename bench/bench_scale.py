@@ -272,6 +272,10 @@ def run_sweep(cluster: ScaleCluster, args: argparse.Namespace) -> dict[str, Any]
         "errors": errors,
         "failed_trials": failed,
         "lock_messages": lock_lines[:5],
+        "lock_waits": sum(d.get("lock_waits", 0) for d in drivers),
+        "lock_wait_s": sum(d.get("lock_wait_s", 0.0) for d in drivers),
+        "lock_wait_max_s": max((d.get("lock_wait_max_s", 0.0) for d in drivers), default=0.0),
+        "lock_hold_s": sum(d.get("lock_hold_s", 0.0) for d in drivers),
         "stderr_tail": proc.stderr[-1500:] if proc.returncode else "",
     }
 
