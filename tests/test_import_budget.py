@@ -164,3 +164,41 @@ def test_the_cli_map_help_imports_no_science_stack(tmp_path: Path) -> None:
     modules = json.loads(done.stdout.splitlines()[-1])
     assert "paralela.cli" in modules
     assert present(modules, CLI_HEAVY) == []
+
+
+# Imported by paralela.map only once the backend is chosen, so that a processes backend's
+# workers boot (~30 ms each) while the driver imports these, not after.
+AFTER_SPAWN = [
+    "paralela.mapping._engine",
+    "paralela.mapping._summary",
+    "paralela.mapping._progress",
+    "paralela.tasks",
+]
+
+
+def test_the_workers_start_before_the_driver_imports_the_map_engine(job_dir: Path) -> None:
+    code = textwrap.dedent(
+        """
+        import json, subprocess, sys
+        seen = []
+        popen_init = subprocess.Popen.__init__
+
+        def spawning(self, *args, **kwargs):
+            seen.append(sorted(sys.modules))
+            popen_init(self, *args, **kwargs)
+
+        subprocess.Popen.__init__ = spawning
+        import paralela, budget_job
+        paralela.map(budget_job.modules_here, [0, 1], workers=2)
+        print(json.dumps(seen))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(job_dir), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=job_dir, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    at_spawn = json.loads(done.stdout.splitlines()[-1])
+    assert len(at_spawn) == 2  # the two workers
+    assert "paralela.backends._processes" in at_spawn[0]
+    assert present(at_spawn[0], AFTER_SPAWN) == []

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from paralela._config import UNSET, resolve
 from paralela.backends import LOCAL_POOLS, Backend, get_backend, make_backend, worker_share
 from paralela.errors import ConfigError, MapError, UnpicklableError
-from paralela.mapping._chunking import FixedChunker, make_chunker
-from paralela.mapping._engine import MapIterator, Packing, Plan
-from paralela.mapping._progress import make_progress
-from paralela.mapping._summary import Results
-from paralela.tasks import Job
+
+if TYPE_CHECKING:
+    from paralela.mapping._engine import MapIterator, Plan
+    from paralela.mapping._summary import Results
+
+# The engine, the chunkers, the progress bar, the summary and the task runner are
+# imported by _plan only once the backend is chosen: a processes backend starts its
+# workers then, and they boot (~30 ms each, bench/bench_map.py workload d) while this
+# process imports the rest, instead of after it.
 
 __all__ = ["check_picklable", "choose_backend", "imap", "map"]
 
@@ -66,25 +70,26 @@ def imap(
     is raised once the input is done. On a backend that packs tasks (Slurm) a generator
     is read into a list first: the number of items decides the size of the chunks.
     """
-    return MapIterator(
-        _plan(
-            fn,
-            items,
-            workers=workers,
-            backend=backend,
-            chunksize=chunksize,
-            ordered=ordered,
-            initializer=initializer,
-            initargs=initargs,
-            shared=shared,
-            on_error=on_error,
-            retries=retries,
-            run_dir=run_dir,
-            fingerprint=fingerprint,
-            progress=progress,
-            backend_options=backend_options,
-        )
+    plan = _plan(
+        fn,
+        items,
+        workers=workers,
+        backend=backend,
+        chunksize=chunksize,
+        ordered=ordered,
+        initializer=initializer,
+        initargs=initargs,
+        shared=shared,
+        on_error=on_error,
+        retries=retries,
+        run_dir=run_dir,
+        fingerprint=fingerprint,
+        progress=progress,
+        backend_options=backend_options,
     )
+    from paralela.mapping._engine import MapIterator
+
+    return MapIterator(plan)
 
 
 def _plan(
@@ -109,6 +114,11 @@ def _plan(
     """The checked :class:`Plan` of a call to :func:`imap`, or of :func:`map` (which
     takes the results only at the end: ``write_behind``)."""
     backend_obj, owns_backend = choose_backend(backend, workers, backend_options)
+    from paralela.mapping._chunking import FixedChunker, make_chunker
+    from paralela.mapping._engine import Packing, Plan
+    from paralela.mapping._progress import make_progress
+    from paralela.tasks import Job
+
     if on_error not in ("raise", "collect"):
         raise ConfigError(f"on_error must be 'raise' or 'collect', got {on_error!r}.")
     n_retries = resolve("retries", retries, 2)
@@ -307,6 +317,9 @@ def map(
         backend_options=backend_options,
         write_behind=True,
     )
+    from paralela.mapping._engine import MapIterator
+    from paralela.mapping._summary import Results
+
     iterator: MapIterator[R] = MapIterator(plan)
     values: list[R] = []
     try:
