@@ -33,7 +33,7 @@ candidate of a comparison completed) in ``paralela.comparing``, ``ScalingError``
 
 from __future__ import annotations
 
-import pickle
+import _pickle as pickle  # pickle.py's PicklingError is this one; a worker skips re
 import signal
 from collections.abc import Iterable, Sequence
 

@@ -38,12 +38,15 @@ holding them exits or unmaps them, so a crash leaks nothing.
 
 from __future__ import annotations
 
+# The C pickler itself: pickle.py would import re and struct, ~3 ms of every worker's
+# start (bench/bench_map.py workload d); its dumps, loads, Pickler, PickleBuffer and
+# PicklingError are these very objects.
+import _pickle as pickle
 import collections
 import copyreg
 import gc
 import mmap
 import os
-import pickle
 import sys
 import types
 import weakref

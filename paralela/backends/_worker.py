@@ -33,9 +33,9 @@ initialised CUDA, and never re-runs the user's ``__main__``: functions travel by
 
 from __future__ import annotations
 
+import _pickle as pickle  # the C pickler: pickle.py imports re (see _wire)
 import contextlib
 import os
-import pickle
 import queue
 import signal
 import sys

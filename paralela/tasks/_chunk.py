@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import _pickle as pickle  # the C pickler: pickle.py imports re (see backends._wire)
 import os
-import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence

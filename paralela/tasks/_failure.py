@@ -15,7 +15,7 @@ Used by ``mapreduce`` (a map or reduce task, also shipped through Spark) and ``p
 
 from __future__ import annotations
 
-import pickle
+import _pickle as pickle  # the C pickler: pickle.py imports re (see backends._wire)
 from collections.abc import Callable
 
 from paralela.errors import ParalelaError
