@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -50,3 +51,53 @@ def test_two_drivers_on_one_run_directory_share_the_trial_budget(tmp_path: Path)
     assert len(drivers_seen) == 2  # both drivers ran trials: they did run at once
     last = json.loads(outputs[-1][0])
     assert len([t for t in last["trials"] if t["state"] == "COMPLETE"]) <= 7
+
+
+class _LockWatchingSampler(optuna.samplers.RandomSampler):
+    """Records, each time it samples, whether the run directory's lock is free then."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(seed=0)
+        self.run_dir = run_dir
+        self.lock_free: list[bool] = []
+
+    def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
+        import fcntl
+
+        fd = os.open(self.run_dir / ".paralela.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # flock locks belong to an open file: this one conflicts with the driver's
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.lock_free.append(True)
+        except BlockingIOError:
+            self.lock_free.append(False)
+        finally:
+            os.close(fd)
+        return super().sample_independent(study, trial, name, distribution)
+
+
+def _objective(params: dict[str, float]) -> float:
+    return params["x"]
+
+
+def test_a_driver_samples_outside_the_run_directorys_lock(tmp_path: Path) -> None:
+    """The lock is held only to count the claimed trials and reserve one: the sampler
+    (which reads every trial of the study) runs after it is let go, so drivers sharing a
+    run directory do not queue for the lock while one samples (64 drivers did)."""
+    import paralela
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    sampler = _LockWatchingSampler(run_dir)
+    result = paralela.sweep(
+        _objective,
+        {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        n_trials=4,
+        workers=1,
+        sampler=sampler,
+        run_dir=run_dir,
+        progress=False,
+        plots=False,
+    )
+    assert len(result.completed) == 4, result.trials
+    assert len(sampler.lock_free) >= 4
+    assert all(sampler.lock_free), sampler.lock_free

@@ -127,6 +127,33 @@ class Oracle:
         self._sample(trial)
         return trial
 
+    def _reserve(self) -> int:
+        """A trial of the study's, RUNNING from now on (so the shared budget counts it):
+        one popped from its queue (``enqueue_trial``) or one new row. The first half of
+        Optuna's ``Study.ask``, and the only half that needs the budget's lock."""
+        study = self._study
+        trial_id: int | None = study._pop_waiting_trial_id()
+        if trial_id is None:
+            trial_id = int(study._storage.create_new_trial(study._study_id))
+        return trial_id
+
+    def _ask_reserved(self, trial_id: int) -> Any:
+        """The second half of ``Study.ask`` for a reserved trial: the sampler's work (it
+        reads every trial of the study: the costly half), outside the budget's lock, so
+        that drivers sharing a run directory sample at the same time and take the lock
+        only to count and reserve (with 64 drivers the asks had queued for the lock)."""
+        from optuna.trial import Trial
+
+        study = self._study
+        study._thread_local.cached_all_trials = None  # as Study.ask: sample on fresh trials
+        trial = Trial(study, trial_id)
+        if self._sample is None:
+            for name, distribution in self._distributions.items():
+                trial._suggest(name, distribution)
+        else:
+            self._sample(trial)
+        return trial
+
     def _run(self) -> None:
         from optuna.trial import TrialState
 
@@ -165,8 +192,10 @@ class Oracle:
                     )
                 if ask and self._budget is not None:
                     with self._budget.claim() as allowed:
-                        trial = self._ask() if allowed else None
-                    if trial is None:  # other drivers took the rest of the budget
+                        reserved = self._reserve() if allowed else None
+                    if reserved is not None:
+                        trial = self._ask_reserved(reserved)
+                    else:  # other drivers took the rest of the budget
                         with self._cv:
                             self._exhausted = True
                             self._n_asked -= 1
