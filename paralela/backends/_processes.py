@@ -26,11 +26,11 @@ connection, so no worker keeps another's pipe open.
 
 from __future__ import annotations
 
+import _socket  # socketpair: socket.py's enum conversions cost ~2 ms of a cold map
 import collections
 import contextlib
 import itertools
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -384,7 +384,7 @@ class ProcessBackend(Backend):
                 self._workers.append(self._spawn(place))
 
     def _spawn(self, place: int) -> _Worker:
-        ours, theirs = socket.socketpair()
+        ours, theirs = _socket.socketpair()  # AF_UNIX, not inheritable
         arenas = [Arena() for _ in range(PREFETCH)] if self._zero_copy else []
         fds = [theirs.fileno(), *(a.fd for a in arenas)]
         try:
