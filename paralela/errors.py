@@ -34,7 +34,6 @@ candidate of a comparison completed) in ``paralela.comparing``, ``ScalingError``
 from __future__ import annotations
 
 import _pickle as pickle  # pickle.py's PicklingError is this one; a worker skips re
-import signal
 from collections.abc import Iterable, Sequence
 
 # typing is not imported at run time: every worker process imports this module.
@@ -162,6 +161,8 @@ def describe_exit(exitcode: int | None) -> str:
     if exitcode is None:
         return "still running"
     if exitcode < 0:
+        import signal  # here: signal.py's enums cost a worker ~1.5 ms at start-up
+
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:

@@ -58,6 +58,8 @@ WORKER_HEAVY = [
     "traceback",
     "pickle",  # the C pickler (_pickle) is enough: pickle.py imports re and struct
     "re",
+    "signal",  # the worker sets its handlers with _signal: signal.py builds enums
+    "enum",
 ]
 # The CLI imports typer and rich for any command: a looser list.
 CLI_HEAVY = ["numpy", "torch", "pandas", "optuna", "sqlite3", "pyspark", "fastapi", "sklearn"]

@@ -14,7 +14,6 @@ too, and the CLI can tell it apart: exit 143, not 130).
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -35,6 +34,8 @@ def _mark_and_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    import signal
+
     _seen.set()
     raise Terminated(f"received {signal.Signals(signum).name}")
 
@@ -47,6 +48,8 @@ def marking_sigint() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    import signal  # here: a worker imports this module, and signal.py's enums cost it ~1.5 ms
+
     current = signal.getsignal(signal.SIGINT)
     if current is _mark_and_interrupt:  # an outer block (the CLI) already marks
         _seen.clear()
@@ -81,6 +84,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    import signal
+
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         yield

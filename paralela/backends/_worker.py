@@ -37,7 +37,6 @@ import _pickle as pickle  # the C pickler: pickle.py imports re (see _wire)
 import contextlib
 import os
 import queue
-import signal
 import sys
 import threading
 
@@ -56,7 +55,10 @@ from paralela.backends._wire import (
 # typing is not imported at run time: every worker process imports this module.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal as _signal  # its signal() and constants are _signal's, typed
     from typing import Any, NoReturn
+else:  # signal.py's enums would cost every worker ~1.5 ms at start-up
+    import _signal
 
 __all__ = [
     "CANCEL_TAG",
@@ -212,8 +214,8 @@ def main() -> None:
 
 def worker_main(conn: Connection, arena_fds: list[int]) -> None:
     """Serve tasks until the driver closes the connection."""
-    signal.signal(signal.SIGINT, _ignore_stop_signal)
-    signal.signal(signal.SIGTERM, _ignore_stop_signal)
+    _signal.signal(_signal.SIGINT, _ignore_stop_signal)
+    _signal.signal(_signal.SIGTERM, _ignore_stop_signal)
     mark_process_worker(_env_int("OMP_NUM_THREADS", 1))
     cpus = os.environ.get("PARALELA_CPU_AFFINITY")
     if cpus:
