@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from paralela.resources._advice import advise_filesystems
     from paralela.resources._cpus import CpuInfo, detect_cpus
     from paralela.resources._detect import Resources, detect
+    from paralela.resources._detect_slots import SlotResources, detect_for_slots
     from paralela.resources._filesystems import FilesystemInfo, filesystem_of
     from paralela.resources._gpus import GpuInfo, detect_gpus
     from paralela.resources._memory import MemoryInfo, detect_memory
@@ -49,6 +50,8 @@ __all__ = [
     "print_report",
     "format_bytes",
     # slots
+    "detect_for_slots",
+    "SlotResources",
     "make_slots",
     "Slot",
     "THREAD_VARIABLES",
@@ -61,6 +64,8 @@ _LAZY: dict[str, str] = {
     "detect_cpus": "_cpus",
     "Resources": "_detect",
     "detect": "_detect",
+    "SlotResources": "_detect_slots",
+    "detect_for_slots": "_detect_slots",
     "FilesystemInfo": "_filesystems",
     "filesystem_of": "_filesystems",
     "GpuInfo": "_gpus",

@@ -27,6 +27,7 @@ from paralela.errors import ConfigError
 
 if TYPE_CHECKING:  # only named in annotations: importing _slots stays cheap (worker envs)
     from paralela.resources._detect import Resources
+    from paralela.resources._detect_slots import SlotResources
     from paralela.resources._gpus import GpuInfo
 
 __all__ = ["THREAD_VARIABLES", "Slot", "make_slots"]
@@ -133,7 +134,7 @@ def _whole(name: str, value: object, minimum: int) -> int:
     return value
 
 
-def _describe_gpus(resources: Resources) -> str:
+def _describe_gpus(resources: Resources | SlotResources) -> str:
     if not resources.gpus:
         why = "; ".join(resources.gpu_notes)
         return "no GPU is visible to this process" + (f" ({why})" if why else "")
@@ -141,7 +142,9 @@ def _describe_gpus(resources: Resources) -> str:
     return f"the visible GPUs are {listed}"
 
 
-def _select_gpus(resources: Resources, gpus: str | Sequence[str | int]) -> list[GpuInfo]:
+def _select_gpus(
+    resources: Resources | SlotResources, gpus: str | Sequence[str | int]
+) -> list[GpuInfo]:
     """The GPUs named by ``gpus`` (indices as this process sees them, or UUIDs)."""
     raw = gpus.split(",") if isinstance(gpus, str) else [str(g) for g in gpus]
     tokens = [t.strip() for t in raw if t.strip()]
@@ -190,7 +193,7 @@ def _split_cpus(ids: tuple[int, ...], n: int, per_slot: int | None) -> list[tupl
 
 
 def make_slots(
-    resources: Resources,
+    resources: Resources | SlotResources,
     *,
     n_slots: int | None = None,
     cpus_per_slot: int | None = None,
@@ -209,7 +212,8 @@ def make_slots(
     with one thread each.
 
     Args:
-        resources: what this process may use (:func:`detect`).
+        resources: what this process may use (:func:`detect`, or
+            :func:`detect_for_slots`: the CPUs and GPUs only).
         n_slots: how many slots; default: as many as the CPUs (or GPUs x
             ``slots_per_gpu``) allow. With GPUs, at most that many.
         cpus_per_slot: CPUs per slot; default: an even share.

@@ -26,9 +26,9 @@ def machine_slots(
 ) -> list[Slot]:
     """This machine's slots for trials: GPUs (those with enough free memory; skipped ones
     noted in ``notes``), or shares of the CPUs; at most ``workers``."""
-    from paralela.resources import detect, make_slots
+    from paralela.resources import detect_for_slots, make_slots
 
-    resources = detect()
+    resources = detect_for_slots()  # no memory or filesystems: slots never read them
     cpu_only = gpus in ("", "none", "cpu") or gpus_per_trial == 0
     if not cpu_only and (gpus is not None or resources.gpus):
         chosen = gpus
