@@ -179,6 +179,8 @@ AFTER_SPAWN = [
     "paralela.mapping._summary",
     "paralela.mapping._progress",
     "paralela.tasks",
+    "concurrent.futures",  # and its logging: a Future is made at the first submit
+    "logging",
 ]
 
 

@@ -18,10 +18,12 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+if TYPE_CHECKING:  # concurrent.futures loads once a backend is made (see _processes)
+    from concurrent.futures import Future
 
 __all__ = ["Backend", "Broadcast", "Capabilities", "RemoteTraceback", "usable_cpus"]
 

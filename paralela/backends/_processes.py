@@ -36,8 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import CancelledError, Future
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from paralela.backends._base import Backend, Broadcast, Capabilities, RemoteTraceback, usable_cpus
 from paralela.backends._connection import Connection, wait
@@ -55,6 +54,9 @@ from paralela.backends._wire import (
 from paralela.backends._worker import CANCEL_TAG, BroadcastRef, kill_descendants
 from paralela.errors import ConfigError, ParalelaError, UnpicklableError, WorkerDiedError
 from paralela.resources import Slot
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = ["ProcessBackend"]
 
@@ -212,6 +214,10 @@ class ProcessBackend(Backend):
             ) from exc
         for ref in refs:
             self._shared_payload(ref)
+        # Imported here, not at the top: a cold paralela.map makes this backend (its
+        # workers start) before concurrent.futures and its logging (~5 ms) are imported.
+        from concurrent.futures import Future
+
         future: Future[R] = Future()
         with self._lock:
             if self._closing:
@@ -555,6 +561,8 @@ def _buffer_bytes(task: _Task) -> int:
 
 def _cancel_future(future: Future[Any]) -> None:
     if not future.cancel() and not future.done():  # already running
+        from concurrent.futures import CancelledError
+
         future.set_exception(CancelledError())
 
 
