@@ -3,7 +3,9 @@
 The models are configured by environment variables, which the server's workers inherit:
 
 - ``SERVE_SETUP_S``: seconds ``setup`` sleeps (a model that loads slowly);
-- ``SERVE_PREDICT_S``: seconds each ``predict`` call sleeps (a slow model: batches form).
+- ``SERVE_PREDICT_S``: seconds each ``predict`` call sleeps (a slow model: batches form);
+- ``SERVE_SETUP_HOLD``: a file path; ``setup`` waits while that file exists (a test holds
+  a restarting worker in its setup for as long as it needs, without timing anything).
 
 An input of :class:`Echo` may ask for trouble: ``{"fail": true}`` raises in ``predict``,
 ``{"nan": true}`` returns NaN, ``{"sleep": S}`` sleeps S seconds in its batch.
@@ -37,6 +39,10 @@ class Echo:
     def setup(self, device: str) -> None:
         self.device = device
         time.sleep(float(os.environ.get("SERVE_SETUP_S", "0")))
+        hold = os.environ.get("SERVE_SETUP_HOLD")
+        deadline = time.monotonic() + 120
+        while hold and os.path.exists(hold) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def predict(self, batch: list[Any]) -> list[Any]:
         time.sleep(float(os.environ.get("SERVE_PREDICT_S", "0")))
