@@ -362,3 +362,39 @@ def test_workers_of_a_sigkilled_driver_exit_quietly(
             return True
 
     poll(lambda: all(gone(w) for w in workers), timeout=10, what="the workers to exit")
+
+
+# Run by every worker's interpreter at start-up (before paralela is imported): the first
+# worker to make the directory starts at once, the other waits until the test lets it.
+SLOW_START = """
+import os, pathlib, time
+gate = pathlib.Path(os.environ["SLOW_START_GATE"])
+try:
+    (gate / "first").mkdir()
+except FileExistsError:
+    deadline = time.monotonic() + 60
+    while not (gate / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+"""
+
+
+def test_tasks_go_to_the_worker_that_started_while_another_still_boots(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(SLOW_START)
+    env = {
+        "SLOW_START_GATE": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    backend = ProcessBackend(2, env=env)
+    try:
+        futures = [backend.submit(pid_after, 0) for _ in range(3)]
+        pids = {f.result(timeout=60) for f in futures}  # the held-back worker runs none
+        assert len(pids) == 1
+        assert len(backend.worker_pids()) == 2
+        (tmp_path / "go").touch()
+        more = [backend.submit(pid_after, 0.5) for _ in range(2)]
+        assert {f.result(timeout=60) for f in more} <= set(backend.worker_pids())
+    finally:
+        (tmp_path / "go").touch()
+        backend.shutdown()

@@ -51,7 +51,7 @@ from paralela.backends._wire import (
     shrink_idle,
     zero_copy_available,
 )
-from paralela.backends._worker import CANCEL_TAG, BroadcastRef, kill_descendants
+from paralela.backends._worker import CANCEL_TAG, READY_TAG, BroadcastRef, kill_descendants
 from paralela.errors import ConfigError, ParalelaError, UnpicklableError, WorkerDiedError
 from paralela.resources import Slot
 
@@ -104,6 +104,7 @@ class _Worker:
         "known_refs",
         "place",
         "process",
+        "ready",
         "sentinel",
     )
 
@@ -122,6 +123,7 @@ class _Worker:
         self.inflight: collections.deque[tuple[_Task, int]] = collections.deque()
         self.free_slots = list(range(PREFETCH))
         self.known_refs: set[int] = set()
+        self.ready = False  # it sent READY_TAG: imported, taking tasks
 
     def close(self) -> None:
         self.conn.close()
@@ -418,8 +420,14 @@ class ProcessBackend(Backend):
             self._drop_broadcast(ref_id)
         self._forget.clear()
         while self._pending:
-            worker = min(self._workers, key=lambda w: len(w.inflight), default=None)
-            if worker is None or len(worker.inflight) >= PREFETCH:
+            # Tasks go to started workers only, so that the first one up takes the work
+            # while the others still boot (a cold map of a few items returns after one
+            # worker's start, not the slowest's); a second, prefetched task only once no
+            # worker is booting, so that none waits behind another's long task.
+            ready = [w for w in self._workers if w.ready]
+            worker = min(ready, key=lambda w: len(w.inflight), default=None)
+            limit = PREFETCH if len(ready) == len(self._workers) else 1
+            if worker is None or len(worker.inflight) >= limit:
                 return
             if worker.inflight and _buffer_bytes(self._pending[0]) >= NO_PREFETCH_BYTES:
                 return  # big arrays: copied when a worker is free, read while still cached
@@ -452,6 +460,9 @@ class ProcessBackend(Backend):
         self._complete(worker, message)
 
     def _complete(self, worker: _Worker, data: bytes) -> None:
+        if data == READY_TAG:
+            worker.ready = True
+            return
         if data[:1] == RETIRED_TAG:  # the task kept arrays: the arena is theirs now
             worker.arenas[data[1]].close()
             worker.arenas[data[1]] = Arena()

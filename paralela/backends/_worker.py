@@ -17,7 +17,8 @@ Messages from the driver (pickled tuples):
     ("forget", ref_id)                                drop it
     b"C" + task_id (8 bytes, not a pickle)            cancel a queued task (the reader
                                                       thread notes it; it is never run)
-Replies: ("ok", task_id, result), ("err", task_id, exc_or_None, traceback, type, message),
+Replies: first ``READY_TAG`` (b"Y", not a pickle: the worker has started), then
+("ok", task_id, result), ("err", task_id, exc_or_None, traceback, type, message),
 or ("cancelled", task_id); prefixed with b"R" + slot (``RETIRED_TAG``, not a pickle) when
 the task left objects over its arena behind: the worker leaves the mapping to them and the
 driver gives the slot a fresh arena (see ``_wire``). Files mapped for by-reference arrays
@@ -62,6 +63,7 @@ else:  # signal.py's enums would cost every worker ~1.5 ms at start-up
 
 __all__ = [
     "CANCEL_TAG",
+    "READY_TAG",
     "BroadcastRef",
     "TaskLoadError",
     "kill_descendants",
@@ -71,6 +73,8 @@ __all__ = [
 
 # First byte of a cancel message (pickles start with the PROTO opcode, 0x80).
 CANCEL_TAG = b"C"
+# The worker's first message: it has imported what it needs and takes tasks now.
+READY_TAG = b"Y"
 
 
 class TaskLoadError(Exception):
@@ -227,6 +231,7 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
     ).start()
     arenas = [ArenaView(fd) for fd in arena_fds]
     refs: dict[int, Any] = {}
+    _send(conn, READY_TAG)
 
     while True:
         message = loads(_next_message(inbox))
