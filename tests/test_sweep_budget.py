@@ -101,3 +101,67 @@ def test_a_driver_samples_outside_the_run_directorys_lock(tmp_path: Path) -> Non
     assert len(result.completed) == 4, result.trials
     assert len(sampler.lock_free) >= 4
     assert all(sampler.lock_free), sampler.lock_free
+
+
+def test_a_driver_reads_the_study_back_outside_the_run_directorys_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reserving a trial under the lock does not read the other drivers' trials back
+    from the database (the driver's storage does that every few seconds, and with 64
+    drivers each read of every unfinished trial under the lock made the others queue):
+    it asks the database only whether the study has a queued trial to take."""
+    import fcntl
+
+    import paralela
+    from paralela.sweeping._cache import DriverStorage
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lock_free: list[bool] = []
+    read = DriverStorage._read_trials_from_remote_storage
+
+    def watched(self: DriverStorage, study_id: int) -> None:
+        fd = os.open(run_dir / ".paralela.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock_free.append(True)
+        except BlockingIOError:
+            lock_free.append(False)
+        finally:
+            os.close(fd)
+        read(self, study_id)
+
+    monkeypatch.setattr(DriverStorage, "_read_trials_from_remote_storage", watched)
+    # Read the study back on every read (5 s apart by default): each chance to do it
+    # under the lock is taken.
+    defaults = {**(DriverStorage.__init__.__kwdefaults__ or {}), "sync_seconds": 0.0}
+    monkeypatch.setattr(DriverStorage.__init__, "__kwdefaults__", defaults)
+    result = paralela.sweep(
+        _objective,
+        {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        n_trials=4,
+        workers=1,
+        sampler="random",
+        run_dir=run_dir,
+        progress=False,
+        plots=False,
+    )
+    assert len(result.completed) == 4, result.trials
+    assert lock_free, "the driver never read the study back"
+    assert all(lock_free), lock_free
+
+
+def test_trials_queued_in_the_study_are_still_taken_under_the_shared_budget(
+    tmp_path: Path,
+) -> None:
+    """A driver that no longer reads the study back under the lock still takes the
+    trials queued in it (a CSV's rows, a re-run) before making new ones, in order."""
+    import paralela
+
+    space = tmp_path / "configs.csv"
+    space.write_text("x\n0.75\n0.25\n0.5\n")
+    result = paralela.sweep(
+        _objective, space, workers=1, run_dir=tmp_path / "run", progress=False, plots=False
+    )
+    assert [t.params["x"] for t in result.trials] == [0.75, 0.25, 0.5]
+    assert [t.state for t in result.trials] == ["COMPLETE"] * 3

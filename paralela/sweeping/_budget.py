@@ -4,11 +4,14 @@ Each driver asks its trials ahead (see ``_oracle``). Counting only its own, two 
 started at once on one run directory would each run ``n_trials``. So before each ask the
 oracle takes the run directory's lock (``flock`` on ``.paralela.lock``), counts the
 trials the study has claimed (running or ended, less those asked but never started and
-those cut short by a dying driver, which do not count against the budget), and asks only
-if the count is below ``n_trials``; the new trial is in the database before the lock is
-let go, so the next driver counts it. Drivers sharing a database from different run
-directories (``--storage postgresql://...``) count the same way, without the lock: they
-may overshoot by one trial each, as Optuna's own processes do.
+those cut short by a dying driver, which do not count against the budget), and reserves
+one only if the count is below ``n_trials``; the new trial is in the database before the
+lock is let go, so the next driver counts it. Under the lock there are only these few
+queries (the count, whether a queued trial waits, the new row): the sampler, and the
+driver's reading back of the other drivers' trials, run after it is let go. Drivers
+sharing a database from different run directories (``--storage postgresql://...``) count
+the same way, without the lock: they may overshoot by one trial each, as Optuna's own
+processes do.
 
 ``Budget`` is what one sweep was given (trials, time, failures, time per trial);
 ``check_budget`` checks the user's figures before anything starts.
@@ -39,6 +42,7 @@ _COUNT_SQL = (
 _COUNT_SQLITE = (
     _COUNT_SQL.replace(":study_id", "?").replace(":unused", "?").replace(":interrupted", "?")
 )
+_WAITING_SQL = "SELECT 1 FROM trials WHERE study_id = :study_id AND state = 'WAITING' LIMIT 1"
 
 
 @dataclass
@@ -79,6 +83,22 @@ class SharedBudget:
         """Hold the budget lock; yield whether one more trial may be asked now."""
         with locked(self._run_dir) if self._run_dir is not None else contextlib.nullcontext():
             yield self.claimed() < self._n_trials
+
+    def waiting(self) -> bool:
+        """Whether the study may hold a queued (WAITING) trial: asked of the database in
+        one query, so that taking a trial under the lock needs Optuna's queue pop (which
+        reads every new and unfinished trial of every driver back into this driver's
+        cache) only when there is one to take. Without a database to ask: ``True``."""
+        backend = getattr(self._study._storage, "backend", None)  # a DriverStorage's
+        if backend is None:
+            return True
+        from sqlalchemy import text
+
+        with backend.engine.connect() as connection:
+            row = connection.execute(
+                text(_WAITING_SQL), {"study_id": self._study._study_id}
+            ).first()
+        return row is not None
 
     def claimed(self) -> int:
         """The trials that count against the budget, as the storage has them now."""

@@ -132,7 +132,11 @@ class Oracle:
         one popped from its queue (``enqueue_trial``) or one new row. The first half of
         Optuna's ``Study.ask``, and the only half that needs the budget's lock."""
         study = self._study
-        trial_id: int | None = study._pop_waiting_trial_id()
+        trial_id: int | None = None
+        if self._budget is None or self._budget.waiting():
+            # (Optuna's pop reads the study back first: with 64 drivers, doing that
+            # under the lock made the others queue behind it; only when a trial waits)
+            trial_id = study._pop_waiting_trial_id()
         if trial_id is None:
             trial_id = int(study._storage.create_new_trial(study._study_id))
         return trial_id
