@@ -6,13 +6,25 @@ cannot hide an import.
 
 from __future__ import annotations
 
-import json
-import subprocess
+import os
 import sys
-import textwrap
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pytest
+
+# This module is imported by the sweep's workers (its objective below): json,
+# subprocess and pytest are imported inside the tests, not here.
+_RECORD = "SWEEP_STARTUP_RECORD"
 
 
 def _run(code: str) -> dict[str, object]:
+    import json
+    import subprocess
+    import textwrap
+
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
@@ -54,3 +66,35 @@ def test_detect_for_slots_makes_the_same_slots_as_detect() -> None:
     assert make_slots(light) == make_slots(full)
     assert make_slots(light, n_slots=3) == make_slots(full, n_slots=3)
     assert full.memory.total > 0  # detect() keeps everything for `paralela info`
+
+
+def loaded_in_worker(params: dict[str, Any]) -> float:
+    """Notes (one line, with os only) whether the command trials' module is loaded."""
+    line = f"{os.getpid()} {'paralela.sweeping._trials' in sys.modules}\n"
+    fd = os.open(os.environ[_RECORD], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+    return float(params["x"])
+
+
+def test_a_function_trials_worker_does_not_import_the_command_trials_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import paralela
+
+    record = tmp_path / "loaded.txt"
+    monkeypatch.setenv(_RECORD, str(record))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    result = paralela.sweep(
+        loaded_in_worker,
+        {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        n_trials=4,
+        workers=2,
+        run_dir=tmp_path / "run",
+    )
+    assert [t.state for t in result.trials] == ["COMPLETE"] * 4
+    lines = record.read_text().split()
+    assert len(lines) == 8  # a pid and a flag for each of the 4 trials
+    assert set(lines[1::2]) == {"False"}
