@@ -212,6 +212,7 @@ def report_lines(rows: list[dict[str, Any]], out: Path) -> list[str]:
         if chart:
             lines += ["", f"![{name}]({chart})"]
     lines += sweep_lines([r for r in rows if r["row"] == "sweep"])
+    lines += lock_lines([r for r in rows if r["row"] == "sweep"])
     lines += launch_lines([r for r in rows if r["row"] == "launch"])
     lines += poll_lines([r for r in rows if r["row"] == "latency"])
     model = latency_model(rows)
@@ -307,6 +308,104 @@ def sweep_lines(rows: list[dict[str, Any]]) -> list[str]:
             fits.append([label, f"{_g(f.a)} + {_g(f.b)}·n (± {_g(f.b_se)})",
                          f"{_g(f.k)} ± {_g(f.k_se)}", f.reads])  # fmt: skip
         lines += ["", *_table(["figure", "linear fit", "exponent k", "grows"], fits)]
+    return lines
+
+
+# The sweep rows by the code they ran: each step starts at the time given (a row's
+# "when"), the latest row of each size in each step is shown.
+LOCK_STEPS = (
+    ("before", ""),  # the lock held for the whole ask, the sampler included
+    ("3c54153", "2026-11-27 13:28:12"),  # held to count and reserve (Optuna's queue pop)
+    ("b98ef28", "2026-11-27 13:38:50"),  # the pop (reading the study back) only if one waits
+)
+
+
+def _step(row: dict[str, Any]) -> str:
+    return [name for name, start in LOCK_STEPS if row["when"] >= start][-1]
+
+
+def lock_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The budget lock at each step of its fix (``LOCK_STEPS``); the wait once every
+    driver has opened the study where it was timed."""
+    timed = [r for r in rows if "lock_waits" in r]
+    steps = {name: {r["nodes"]: r for r in timed if _step(r) == name} for name, _ in LOCK_STEPS}
+    shown = [name for name, _ in LOCK_STEPS if steps[name]]
+    sizes = sorted(set.intersection(*(set(steps[name]) for name in shown))) if shown else []
+    if len(shown) < 2 or not sizes:
+        return []
+
+    def cells(key: str, n: int, fmt: Any = _g) -> str:
+        return " → ".join(fmt(steps[name][n][key]) for name in shown)
+
+    def pct(x: float) -> str:
+        return f"{x:.0%}"
+
+    def steady(r: dict[str, Any]) -> str:
+        if "steady_wait_s" not in r:
+            return "not timed"
+        return (
+            f"{r['steady_asks']:,} asks, wait {_g(r['steady_wait_s'])} s "
+            f"(max {_g(r['steady_wait_max_s'])}); open held {_g(r['open_hold_s'])} s"
+        )
+
+    table = []
+    for n in sizes:
+        last = steps[shown[-1]][n]
+        problems = len(last["errors"]) + last["failed_trials"] + len(last["lock_messages"])
+        table.append(
+            [
+                str(n),
+                cells("lock_wait_s", n),
+                cells("lock_wait_max_s", n),
+                cells("lock_hold_s", n),
+                cells("first_trial_s", n),
+                cells("slot_busy", n, pct),
+                cells("trials_per_s", n),
+                str(problems),
+                steady(last),
+                " → ".join(f"{steps[name][n]['load']:.1f}" for name in shown),
+            ]
+        )
+    lines = [
+        "",
+        "### The sweep's budget lock, step by step (" + " → ".join(shown) + ")",
+        "",
+        "`before`: each driver held the run directory's lock for its whole ask; `3c54153`: "
+        "only to count the claimed trials and reserve one (the sampler after); `b98ef28`: "
+        "the reserve no longer reads the study back (Optuna's queue pop) unless a queued "
+        "trial waits. All drivers together. In the last step's `steady` column, the asks "
+        "that began once every driver had made its first, and the time the drivers held "
+        "the same lock to open (create) the SQLite study at start-up, which the first "
+        "asks queue behind.",
+        "",
+        *_table(
+            [
+                "drivers",
+                "total wait s",
+                "longest wait s",
+                "held s",
+                "first trial s",
+                "busy",
+                "trials/s",
+                "errors (last)",
+                "last: steady state",
+                "load",
+            ],
+            table,
+        ),
+    ]
+    if len(sizes) >= 3:
+        nodes = [float(n) for n in sizes]
+        fits = []
+        for name in shown:
+            for key, label in (("lock_wait_s", "total wait"), ("lock_hold_s", "held")):
+                f = fit(nodes, [max(float(steps[name][n][key]), 1e-6) for n in sizes])
+                fits.append([f"{label}, {name}", f"{_g(f.k)} ± {_g(f.k_se)}", f.reads])
+        last = steps[shown[-1]]
+        if all("steady_wait_s" in last[n] for n in sizes):
+            f = fit(nodes, [max(float(last[n]["steady_wait_s"]), 1e-6) for n in sizes])
+            fits.append([f"steady-state wait, {shown[-1]}", f"{_g(f.k)} ± {_g(f.k_se)}", f.reads])
+        lines += ["", *_table(["budget lock", "exponent k (y ~ n^k)", "grows"], fits)]
     return lines
 
 

@@ -4,14 +4,20 @@ drivers fill one SQLite study together, one trial per fake GPU of their node::
 
     srun -N 8 --ntasks-per-node=1 --gres=gpu:2 python bench/_scale_sweep.py RUN_DIR 1000
 
-Each trial sleeps its parameter ``t`` (0.1 to 1 s). The driver prints one JSON line:
-its node, wall time, slots, busy fraction, the study's trial states, its errors, and how
-long it waited for (and held) the run directory's lock that the shared budget takes
-before each ask.
+Each trial sleeps its parameter ``t`` (0.1 to 1 s). The driver writes
+``driver-<node>.json`` beside the stamps (srun would interleave long stdout lines), and
+``<node>.prof``, a cProfile of what it did while it held the budget's lock. The JSON
+holds its node, wall time, slots, busy fraction, the study's trial states, its errors,
+and how long it waited for (and held) the run directory's lock that the shared budget
+takes before each ask, each wait with its start (so the report can tell the start-up,
+when the drivers also take that lock to open the study, from the steady state), the
+time of the budget's count query inside it, and how long this driver held the same lock
+to open (or create) the SQLite study.
 """
 
 from __future__ import annotations
 
+import cProfile
 import json
 import os
 import sys
@@ -30,6 +36,10 @@ def objective(params: dict[str, Any]) -> float:
 
 LOCK_WAITS: list[float] = []
 LOCK_HOLDS: list[float] = []
+LOCK_STARTS: list[float] = []  # time.time() at each ask's wait's start
+COUNT_S: list[float] = []  # SharedBudget.claimed(): the count query, under the lock
+OPEN_HOLDS: list[float] = []  # the lock held by open_storage (creating the database)
+PROFILE = cProfile.Profile()  # the budget lock's holds, saved beside the stamps
 
 
 def _time_the_budget_lock() -> None:
@@ -44,16 +54,45 @@ def _time_the_budget_lock() -> None:
 
     @contextlib.contextmanager
     def timed(directory: Any) -> Iterator[None]:
+        LOCK_STARTS.append(time.time())
         t0 = time.perf_counter()
         with real(directory):
             t1 = time.perf_counter()
+            PROFILE.enable()  # what the driver does while it holds the lock
             try:
                 yield
             finally:
+                PROFILE.disable()
                 LOCK_WAITS.append(t1 - t0)
                 LOCK_HOLDS.append(time.perf_counter() - t1)
 
     budget.locked = timed
+
+    real_claimed = budget.SharedBudget.claimed
+
+    def claimed(self: Any) -> int:
+        t0 = time.perf_counter()
+        try:
+            return real_claimed(self)
+        finally:
+            COUNT_S.append(time.perf_counter() - t0)
+
+    budget.SharedBudget.claimed = claimed  # type: ignore[method-assign]
+
+    import paralela.studies._study as study
+
+    real_study_lock = study.locked
+
+    @contextlib.contextmanager
+    def timed_open(directory: Any) -> Iterator[None]:
+        with real_study_lock(directory):
+            t1 = time.perf_counter()
+            try:
+                yield
+            finally:
+                OPEN_HOLDS.append(time.perf_counter() - t1)
+
+    study.locked = timed_open
 
 
 def main() -> None:
@@ -84,21 +123,31 @@ def main() -> None:
     except Exception as exc:  # reported, not hidden: the benchmark counts errors
         error = f"{type(exc).__name__}: {exc}"
         figures = {}
-    print(
-        json.dumps(
-            {
-                "node": node,
-                "wall_s": time.perf_counter() - t0,
-                "error": error,
-                "lock_waits": len(LOCK_WAITS),
-                "lock_wait_s": sum(LOCK_WAITS),
-                "lock_wait_max_s": max(LOCK_WAITS, default=0.0),
-                "lock_hold_s": sum(LOCK_HOLDS),
-                **figures,
-            }
-        ),
-        flush=True,
-    )
+    out = os.path.dirname(os.environ["SCALE_STAMPS"])
+    PROFILE.dump_stats(os.path.join(out, f"{node}.prof"))
+    # A file per driver: srun interleaves the tasks' long stdout lines.
+    with open(os.path.join(out, f"driver-{node}.json"), "w") as fh:
+        fh.write(
+            json.dumps(
+                {
+                    "node": node,
+                    "wall_s": time.perf_counter() - t0,
+                    "error": error,
+                    "lock_waits": len(LOCK_WAITS),
+                    "lock_wait_s": sum(LOCK_WAITS),
+                    "lock_wait_max_s": max(LOCK_WAITS, default=0.0),
+                    "lock_hold_s": sum(LOCK_HOLDS),
+                    "lock_hold_max_s": max(LOCK_HOLDS, default=0.0),
+                    "count_s": sum(COUNT_S),
+                    "open_hold_s": sum(OPEN_HOLDS),
+                    "asks": [
+                        [round(s, 4), round(w, 5), round(h, 5)]
+                        for s, w, h in zip(LOCK_STARTS, LOCK_WAITS, LOCK_HOLDS, strict=False)
+                    ],
+                    **figures,
+                }
+            ),
+        )
 
 
 if __name__ == "__main__":

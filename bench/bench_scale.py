@@ -246,7 +246,7 @@ def run_sweep(cluster: ScaleCluster, args: argparse.Namespace) -> dict[str, Any]
     t0 = time.time()
     proc = subprocess.run(command, env=env, cwd=workdir, capture_output=True, text=True)
     wall = time.time() - t0
-    drivers = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    drivers = [json.loads(p.read_text()) for p in sorted(workdir.glob("driver-*.json"))]
     lines = stamps.read_text().splitlines() if stamps.exists() else []
     if not lines:
         raise SystemExit(f"sweep on {n} nodes ran no trial:\n{proc.stderr[-3000:]}")
@@ -276,8 +276,34 @@ def run_sweep(cluster: ScaleCluster, args: argparse.Namespace) -> dict[str, Any]
         "lock_wait_s": sum(d.get("lock_wait_s", 0.0) for d in drivers),
         "lock_wait_max_s": max((d.get("lock_wait_max_s", 0.0) for d in drivers), default=0.0),
         "lock_hold_s": sum(d.get("lock_hold_s", 0.0) for d in drivers),
+        **_steady_lock(drivers),
+        "commit": _commit(),
         "stderr_tail": proc.stderr[-1500:] if proc.returncode else "",
     }
+
+
+def _steady_lock(drivers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The budget lock once every driver has opened the study (the asks that start after
+    the last driver's first one): at start-up the drivers also wait for the lock behind
+    those opening the SQLite study, which is not the budget's doing."""
+    asks = [a for d in drivers for a in d.get("asks", [])]
+    if not asks:
+        return {}
+    started = max(d["asks"][0][0] for d in drivers if d.get("asks"))
+    steady = [a for a in asks if a[0] >= started]
+    return {
+        "steady_asks": len(steady),
+        "steady_wait_s": sum(a[1] for a in steady),
+        "steady_wait_max_s": max((a[1] for a in steady), default=0.0),
+        "lock_hold_max_s": max(a[2] for a in asks),
+        "count_s": sum(d.get("count_s", 0.0) for d in drivers),
+        "open_hold_s": sum(d.get("open_hold_s", 0.0) for d in drivers),
+    }
+
+
+def _commit() -> str:
+    git = ["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"]
+    return subprocess.run(git, capture_output=True, text=True).stdout.strip()
 
 
 def run_row(row: str, cluster: ScaleCluster, args: argparse.Namespace) -> dict[str, Any]:
