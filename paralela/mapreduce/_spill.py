@@ -87,6 +87,9 @@ COMBINE_AVERAGE = 16
 # of another value comes for a key that has a run, and when the pairs since the last time
 # average RUN_COMBINE_AVERAGE a key (a run costs no memory: this only makes a combiner
 # that raises fail while buffering rather than at the end of the task).
+# Counting in batches in C instead (list(islice(...)) + collections._count_elements)
+# was measured at 1.15-1.9x this loop's CPU: the dict update is the cost, not the
+# bytecode (bench/results/mapreduce.md, issue 27 row 7).
 RUN_COMBINE_AVERAGE = 256
 # Runs stop when more than 1/RUN_MISSES of the pairs (after RUN_PROBE pairs) are of other
 # values (`yield word, len(word)`): the run value is chosen again from the next pair, up
