@@ -41,9 +41,9 @@ class SlotResources:
 def detect_for_slots(env: Mapping[str, str] | None = None) -> SlotResources:
     """Detect only what slots are made of: the CPUs and GPUs (as :func:`detect` does).
 
-    A sweep or map that makes slots at every start skips the memory (psutil's import)
-    and the filesystems (the mount table), which slots never read: ~15-45 ms of CPU on
-    the benchmark's 2-core VM (``bench/bench_sweep.py``).
+    A sweep that makes slots at every start skips the memory (psutil's import) and the
+    filesystems (the mount table), which slots never read: 36-44 -> 19-23 ms of CPU in
+    a fresh process on the benchmark's 2-core VM.
 
     Args:
         env: the environment to read ``CUDA_VISIBLE_DEVICES``, ``SLURM_*`` GPU grants
