@@ -40,6 +40,7 @@ __all__ = [
     "create_exclusive",
     "locked",
     "make_dirs",
+    "move_into_place",
     "open_new",
     "replacing",
     "temp_path",
@@ -155,6 +156,21 @@ def create_exclusive(path: str | os.PathLike[str], data: bytes) -> bool:
     finally:
         tmp.unlink(missing_ok=True)
     _sync_dir(target.parent)
+    return True
+
+
+def move_into_place(temp: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """Give ``temp``, a complete file this process made with :func:`open_new` (and
+    synced), the name ``path`` unless something is there; ``False`` when another process
+    won. ``link()`` then unlink: atomic and never replacing, on NFS too. ``temp`` is gone
+    either way; the directory is synced."""
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        return False
+    finally:
+        Path(temp).unlink(missing_ok=True)
+    _sync_dir(Path(path).parent)
     return True
 
 

@@ -231,3 +231,18 @@ def test_no_other_temp_file_writer_in_the_package() -> None:
             if any(p.search(line) for p in _TWINS):
                 found.append(f"paralela/{rel}:{number}: {line.strip()}")
     assert not found, "write through paralela._files instead:\n" + "\n".join(found)
+
+
+def test_move_into_place_never_replaces_what_is_there(tmp_path: Path) -> None:
+    from paralela._files import move_into_place, open_new
+
+    target = tmp_path / "study.db"
+    first, second = temp_path(target), temp_path(target)
+    for temp, data in ((first, b"first"), (second, b"second")):
+        with open_new(temp) as f:
+            f.write(data)
+    assert move_into_place(first, target)
+    assert not move_into_place(second, target)  # another process won: its file stays
+    assert target.read_bytes() == b"first"
+    assert not first.exists()
+    assert not second.exists()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paralela._files import locked
+from paralela._files import locked, move_into_place, open_new, temp_path
 from paralela.errors import ConfigError, MissingExtraError
 
 __all__ = [
@@ -212,12 +212,12 @@ def _create_sqlite(path: str, *, wal: bool) -> None:
     head = alembic_head()
     if head is None:
         return
-    import secrets
 
     import sqlalchemy
     from optuna.storages._rdb import models
 
-    temp = f"{path}.creating-{os.getpid()}-{secrets.token_hex(4)}"
+    temp = str(temp_path(path))
+    open_new(temp).close()  # ours (O_EXCL, no symlink followed); SQLite fills the empty file
 
     def connect() -> sqlite3.Connection:
         connection = sqlite3.connect(temp)
@@ -247,23 +247,13 @@ def _create_sqlite(path: str, *, wal: bool) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(temp, path)
-        _sync_directory(os.path.dirname(os.path.abspath(path)))
+        move_into_place(temp, path)  # (a lost race leaves the other driver's database)
     except (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, OSError):
         pass  # RDBStorage creates what is missing, its own way
     finally:
         for leftover in (temp, f"{temp}-wal", f"{temp}-shm", f"{temp}-journal"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)
-
-
-def _sync_directory(directory: str) -> None:
-    """Make a rename in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def make_sampler(name: str, *, seed: int | None, grid: dict[str, list[Any]] | None) -> Any:
