@@ -45,9 +45,13 @@ def once(name):
 
 def sigterm_everyone():
     # As Slurm at a time limit: SIGTERM to every process of the job (here: the group),
-    # then wait for the driver to stop this one.
+    # then wait for the driver to stop this one. The log is opened before the signal so
+    # that the proof of surviving it is one write, done the moment killpg returns (the
+    # signal to this process is delivered before that): the driver, stopping on the
+    # same signal, may stop this worker at any moment after.
+    log = os.open("survived.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.killpg(os.getpgid(0), signal.SIGTERM)
-    logged("survived", os.getpid())  # the driver, not the signal, stops a worker
+    os.write(log, b"%d\\n" % os.getpid())
     time.sleep(60)
 
 
@@ -156,6 +160,12 @@ def paralela(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def assert_survived(workdir: Path) -> None:
+    """The worker that sent the SIGTERM wrote its pid after the signal: it did not die of it."""
+    log = workdir / "survived.log"
+    assert log.exists() and log.read_text().strip(), "the worker died of the SIGTERM"
+
+
 def assert_stopped(proc: subprocess.CompletedProcess[str], hint: str) -> None:
     assert proc.returncode == EXIT_TERMINATED, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -182,7 +192,7 @@ def test_map_keeps_finished_chunks_and_resumes_without_redoing_them(
     proc = run_until_stopped(workdir, poll, *args)
     assert_stopped(proc, "Finished chunks are kept in run; run again to resume.")
     if backend == "processes":
-        assert (workdir / "survived.log").exists(), "the worker died of the SIGTERM"
+        assert_survived(workdir)
     summary = json.loads((workdir / "run" / "summary.json").read_text())
     chunks = list((workdir / "run" / "chunks").iterdir())
     assert all(p.suffix == ".pkl" for p in chunks), chunks  # whole chunk files only
@@ -211,7 +221,7 @@ def test_mapreduce_stops_and_reruns_to_the_counts(workdir: Path, poll: Callable[
     args = ["mapreduce", "stoppers.py", "-i", "corpus", "--run-dir", "run", "--workers", "2"]
     proc = run_until_stopped(workdir, poll, *args)
     assert_stopped(proc, "Finished tasks are kept in run; run again to resume.")
-    assert (workdir / "survived.log").exists(), "the worker died of the SIGTERM"
+    assert_survived(workdir)
     done = paralela(workdir, *args)
     assert done.returncode == 0, done.stderr
     pairs = [json.loads(line) for line in done.stdout.splitlines()]
@@ -230,7 +240,7 @@ def test_predict_stops_and_reruns_to_every_prediction(
     args += ["--batch-size", "2", "--workers", "2"]
     proc = run_until_stopped(workdir, poll, *args)
     assert_stopped(proc, "Finished shards are kept in run; run the same command again")
-    assert (workdir / "survived.log").exists(), "the worker died of the SIGTERM"
+    assert_survived(workdir)
     done = paralela(workdir, *args)
     assert done.returncode == 0, done.stderr
     parts = (workdir / "out").glob("part-*")
@@ -273,7 +283,7 @@ def test_compare_keeps_finished_folds_and_goes_on_without_refitting_them(
     proc = run_until_stopped(workdir, poll, *args)
     assert_stopped(proc, "run the same command again")
     assert "folds.jsonl" in proc.stderr
-    assert (workdir / "survived.log").exists(), "the worker died of the SIGTERM"
+    assert_survived(workdir)
     lines = (workdir / "run" / "folds.jsonl").read_text().splitlines()
     finished = sum(json.loads(line)["kind"] == "fold" for line in lines)
     first = len((workdir / "fits.log").read_text().splitlines())
