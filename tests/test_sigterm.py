@@ -2,9 +2,10 @@
 
 SIGTERM is how a cluster stops a job: Slurm sends it at the time limit, on preemption and
 on ``scancel`` to every process of the job step, then SIGKILL after ``KillWait``. Each
-test runs the real command in a session of its own; its own work sends SIGTERM to the
-whole process group, as Slurm does, once (an ``O_EXCL`` marker), and then sleeps: the
-driver must stop it. The workers must outlive that SIGTERM (the driver decides), the
+test runs the real command in a session of its own; its own work sends SIGTERM to every
+process of the group, as Slurm does (the driver, the group's leader, last: the sender
+first writes that it outlived its own signal), once (an ``O_EXCL`` marker), and then
+sleeps: the driver must stop it. The workers must outlive that SIGTERM (the driver decides), the
 driver must stop within seconds, say what it kept and how to go on, exit 143, and leave
 no process behind; the rerun finishes without doing again what had finished.
 """
@@ -45,13 +46,18 @@ def once(name):
 
 def sigterm_everyone():
     # As Slurm at a time limit: SIGTERM to every process of the job (here: the group),
-    # then wait for the driver to stop this one. The log is opened before the signal so
-    # that the proof of surviving it is one write, done the moment killpg returns (the
-    # signal to this process is delivered before that): the driver, stopping on the
-    # same signal, may stop this worker at any moment after.
-    log = os.open("survived.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.killpg(os.getpgid(0), signal.SIGTERM)
-    os.write(log, b"%d\\n" % os.getpid())
+    # then wait for the driver to stop this one. The driver (the group's leader) gets it
+    # last, once this process has written that it outlived its own: the driver, stopping
+    # on the signal, may stop this worker at any moment after.
+    group = os.getpgid(0)
+    for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            if pid != group and os.getpgid(pid) == group:
+                os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    logged("survived", os.getpid())
+    os.kill(group, signal.SIGTERM)
     time.sleep(60)
 
 
