@@ -167,9 +167,8 @@ def paralela(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def assert_survived(workdir: Path) -> None:
-    """The worker that sent the SIGTERM wrote its pid after the signal: it did not die of it."""
-    log = workdir / "survived.log"
-    assert log.exists() and log.read_text().strip(), "the worker died of the SIGTERM"
+    """The worker that sent the SIGTERM wrote after its own signal: it did not die of it."""
+    assert (workdir / "survived.log").exists(), "the worker died of the SIGTERM"
 
 
 def assert_stopped(proc: subprocess.CompletedProcess[str], hint: str) -> None:
