@@ -165,3 +165,70 @@ def test_trials_queued_in_the_study_are_still_taken_under_the_shared_budget(
     )
     assert [t.params["x"] for t in result.trials] == [0.75, 0.25, 0.5]
     assert [t.state for t in result.trials] == ["COMPLETE"] * 3
+
+
+def test_a_driver_reserves_a_trial_per_slot_under_one_hold_of_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each hold of the run directory's lock reserves one trial per slot (in one
+    transaction) while more than a wave of trials is left, then one at a time: with 64
+    drivers one hold per ask was near the lock's capacity. The budget stays exact: every
+    trial reserved and never asked is given back (FAIL, marked unused), not counted."""
+    import contextlib
+    from collections.abc import Iterator
+
+    import paralela
+    import paralela.sweeping._budget as budget
+
+    holds: list[int] = []  # trials reserved at each hold
+    real = budget.SharedBudget.claim
+
+    @contextlib.contextmanager
+    def watched(self: Any, want: int = 1) -> Iterator[int]:
+        with real(self, want) as allowed:
+            holds.append(allowed)
+            yield allowed
+
+    monkeypatch.setattr(budget.SharedBudget, "claim", watched)
+    result = paralela.sweep(
+        _objective,
+        {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        n_trials=12,
+        workers=2,
+        sampler="random",
+        run_dir=tmp_path / "run",
+        progress=False,
+        plots=False,
+    )
+    assert len(result.completed) == 12, result.trials
+    assert holds[0] == 2, holds  # a trial per slot at once
+    assert sum(holds) >= 12
+    assert len(holds) < 12, holds  # fewer holds than trials
+    study = optuna.load_study(
+        study_name=result.study_name, storage=f"sqlite:///{tmp_path / 'run' / 'study.db'}"
+    )
+    ran = [t for t in study.trials if "paralela:unused" not in t.system_attrs]
+    assert len(ran) == 12
+    assert {t.state for t in ran} == {TrialState.COMPLETE}
+    given_back = [t for t in study.trials if "paralela:unused" in t.system_attrs]
+    assert all(t.state == TrialState.FAIL for t in given_back)
+
+
+@pytest.mark.parametrize(
+    ("n_trials", "allowed"),
+    [(20, 4), (9, 4), (8, 1), (6, 1), (5, 0)],  # 5 claimed (3 running), 4 wanted
+)
+def test_the_last_wave_of_trials_is_reserved_one_at_a_time(n_trials: int, allowed: int) -> None:
+    """A batch while more trials are left than the study runs now; then one at a time, so
+    the last trials go to the slots that free first; none once the budget is spent."""
+    from paralela.sweeping._budget import SharedBudget
+
+    study = optuna.create_study()
+    for x in (0.1, 0.2):
+        study.tell(study.ask(), x)
+    for _ in range(3):
+        study.ask()  # running (or asked ahead, or reserved)
+    budget = SharedBudget(study, n_trials, run_dir=None)
+    assert budget.counts() == (5, 3)
+    with budget.claim(4) as n:
+        assert n == allowed

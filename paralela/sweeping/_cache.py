@@ -169,26 +169,37 @@ class DriverStorage(_CachedStorage):
                 for key, value in self._new_trial_attrs.items():
                     self.set_trial_system_attr(trial_id, key, value)
             return trial_id
-        trial_id, number, started = self._sql.create(study_id, self._new_trial_attrs)
-        trial = FrozenTrial(
-            number=number,
-            state=TrialState.RUNNING,
-            value=None,
-            datetime_start=started,
-            datetime_complete=None,
-            params={},
-            distributions={},
-            user_attrs={},
-            system_attrs=dict(self._new_trial_attrs),
-            intermediate_values={},
-            trial_id=trial_id,
-        )
+        return self.create_new_trials(study_id, 1)[0]
+
+    def create_new_trials(self, study_id: int, count: int) -> list[int]:
+        """``count`` new running trials, written in one transaction where the driver
+        writes SQL itself (else one by one): what a driver reserves under the shared
+        budget's lock (see ``_budget``)."""
+        if self._sql is None:
+            return [self.create_new_trial(study_id) for _ in range(count)]
+        made, started = self._sql.create_many(study_id, self._new_trial_attrs, count)
+        trials = [
+            FrozenTrial(
+                number=number,
+                state=TrialState.RUNNING,
+                value=None,
+                datetime_start=started,
+                datetime_complete=None,
+                params={},
+                distributions={},
+                user_attrs={},
+                system_attrs=dict(self._new_trial_attrs),
+                intermediate_values={},
+                trial_id=trial_id,
+            )
+            for trial_id, number in made
+        ]
         with self._lock:
             if study_id not in self._studies:
                 self._studies[study_id] = _StudyInfo()
-            self._add_trials_to_cache(study_id, [trial])
-            self._asking.add(trial_id)
-        return trial_id
+            self._add_trials_to_cache(study_id, trials)
+            self._asking.update(trial_id for trial_id, _ in made)
+        return [trial_id for trial_id, _ in made]
 
     def set_trial_param(
         self, trial_id: int, param_name: str, param_value_internal: float, distribution: Any

@@ -542,7 +542,8 @@ class _TrialLoop:
         if self.jobs is not None:
             self.jobs.close()
         self.oracle.stop_asking()
-        unused = self.oracle.close()  # asked ahead, never started: give them back
+        # asked ahead or reserved, never started: give them back
+        unused, reserved = self.oracle.close()
         for trial, waiting in self.standby.values():  # taken, never started: the same
             if waiting is not None:
                 waiting.close_gate()  # (the reaper has stopped it already)
@@ -550,9 +551,9 @@ class _TrialLoop:
                 os.unlink(self.spec_of(trial).log_path)
             unused.append(trial)
         storage = self.study._storage
-        for trial in unused:
-            storage.set_trial_system_attr(trial._trial_id, UNUSED_ATTR, True)
-            storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+        for trial_id in [trial._trial_id for trial in unused] + reserved:
+            storage.set_trial_system_attr(trial_id, UNUSED_ATTR, True)
+            storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
         for run in self.running.values():  # stopped unfinished (failures, Ctrl-C): re-run
             requeue_interrupted(self.study, run.trial)  # later
         if self.backend is not None:  # done: the workers exit while the caller writes

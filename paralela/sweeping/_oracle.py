@@ -57,6 +57,9 @@ class Oracle:
             collections.deque()
         )
         self._n_asked = 0
+        # Trials reserved under the shared budget's lock (one per slot at a time), not
+        # yet sampled: RUNNING in the study, so every driver counts them (see _budget).
+        self._reserved: collections.deque[int] = collections.deque()
         self._held = False  # the driver is starting trials: leave it the GIL (hold())
         self._closing = False
         self._error: BaseException | None = None
@@ -105,15 +108,16 @@ class Oracle:
             self._limit = self._n_asked
             self._cv.notify_all()
 
-    def close(self) -> list[Any]:
-        """Tell what is left to tell; return the trials asked but never taken."""
+    def close(self) -> tuple[list[Any], list[int]]:
+        """Tell what is left to tell; return the trials asked but never taken, and the
+        ids of those reserved but never asked: both to give back to the budget."""
         with self._cv:
             self._closing = True
             self._cv.notify_all()
         self._thread.join()
         if self._error is not None:
             raise self._error
-        return list(self._asked)
+        return list(self._asked), list(self._reserved)
 
     def _want_ask(self) -> bool:
         if self._closing or self._exhausted or len(self._asked) >= self._ahead:
@@ -127,19 +131,29 @@ class Oracle:
         self._sample(trial)
         return trial
 
-    def _reserve(self) -> int:
-        """A trial of the study's, RUNNING from now on (so the shared budget counts it):
-        one popped from its queue (``enqueue_trial``) or one new row. The first half of
-        Optuna's ``Study.ask``, and the only half that needs the budget's lock."""
+    def _batch(self) -> int:
+        """How many trials to reserve at once: one per slot, no more than this run may
+        still ask (the ask being made counted)."""
+        want = self._ahead
+        if self._limit is not None:
+            want = min(want, self._limit - self._n_asked + 1)
+        return max(1, want)
+
+    def _reserve(self, count: int) -> list[int]:
+        """Trials of the study's, RUNNING from now on (so the shared budget counts them):
+        one popped from its queue (``enqueue_trial``), or ``count`` new rows. The first
+        half of Optuna's ``Study.ask``, and the only half that needs the budget's lock."""
         study = self._study
-        trial_id: int | None = None
         if self._budget is None or self._budget.waiting():
             # (Optuna's pop reads the study back first: with 64 drivers, doing that
             # under the lock made the others queue behind it; only when a trial waits)
             trial_id = study._pop_waiting_trial_id()
-        if trial_id is None:
-            trial_id = int(study._storage.create_new_trial(study._study_id))
-        return trial_id
+            if trial_id is not None:
+                return [trial_id]
+        create_many = getattr(study._storage, "create_new_trials", None)  # a DriverStorage's
+        if create_many is not None:
+            return [int(t) for t in create_many(study._study_id, count)]
+        return [int(study._storage.create_new_trial(study._study_id)) for _ in range(count)]
 
     def _ask_reserved(self, trial_id: int) -> Any:
         """The second half of ``Study.ask`` for a reserved trial: the sampler's work (it
@@ -195,10 +209,12 @@ class Oracle:
                         trial, values if state == TrialState.COMPLETE else None, state=state
                     )
                 if ask and self._budget is not None:
-                    with self._budget.claim() as allowed:
-                        reserved = self._reserve() if allowed else None
-                    if reserved is not None:
-                        trial = self._ask_reserved(reserved)
+                    if not self._reserved:
+                        with self._budget.claim(self._batch()) as allowed:
+                            if allowed:
+                                self._reserved.extend(self._reserve(allowed))
+                    if self._reserved:
+                        trial = self._ask_reserved(self._reserved.popleft())
                     else:  # other drivers took the rest of the budget
                         with self._cv:
                             self._exhausted = True

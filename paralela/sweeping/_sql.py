@@ -169,25 +169,35 @@ class TrialWriter:
 
     def create(self, study_id: int, system_attrs: dict[str, Any]) -> tuple[int, int, datetime]:
         """A new running trial with these system attributes: (id, number, start)."""
+        ((trial_id, number),), now = self.create_many(study_id, system_attrs, 1)
+        return trial_id, number, now
+
+    def create_many(
+        self, study_id: int, system_attrs: dict[str, Any], count: int
+    ) -> tuple[list[tuple[int, int]], datetime]:
+        """``count`` new running trials in one transaction (one commit, one sync of the
+        database file): their (id, number) in order, and their start."""
         now = datetime.now()
         start = self._stored("datetime_start", self._start, now)
 
-        def work(cursor: Any) -> tuple[int, int]:
-            cursor.execute(
-                self._new_trial.sql, self._new_trial.row(study_id, TrialState.RUNNING, start)
-            )
-            trial_id = int(cursor.lastrowid)
-            # The number is the count of the study's earlier trials, as Optuna counts it;
-            # the insert above holds SQLite's write lock until the commit.
-            (number,) = cursor.execute(self._count, (study_id, trial_id)).fetchone()
-            cursor.execute(self._number, (number, trial_id))
-            rows = [self._attr.row(trial_id, k, json.dumps(v)) for k, v in system_attrs.items()]
-            if rows:
-                cursor.executemany(self._attr.sql, rows)
-            return trial_id, int(number)
+        def work(cursor: Any) -> list[tuple[int, int]]:
+            made = []
+            for _ in range(count):
+                cursor.execute(
+                    self._new_trial.sql, self._new_trial.row(study_id, TrialState.RUNNING, start)
+                )
+                trial_id = int(cursor.lastrowid)
+                # The number is the count of the study's earlier trials, as Optuna counts
+                # it; the first insert holds SQLite's write lock until the commit.
+                (number,) = cursor.execute(self._count, (study_id, trial_id)).fetchone()
+                cursor.execute(self._number, (number, trial_id))
+                rows = [self._attr.row(trial_id, k, json.dumps(v)) for k, v in system_attrs.items()]
+                if rows:
+                    cursor.executemany(self._attr.sql, rows)
+                made.append((trial_id, int(number)))
+            return made
 
-        trial_id, number = self._run(work)
-        return trial_id, number, now
+        return self._run(work), now
 
     def param(self, trial_id: int, name: str, internal: float, distribution_json: str) -> None:
         row = self._param.row(trial_id, name, internal, distribution_json)
