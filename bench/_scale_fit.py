@@ -236,7 +236,7 @@ def _lock(r: dict[str, Any]) -> str:
     if "lock_waits" not in r:
         return "not timed"
     return (
-        f"{r['lock_waits']:,} asks, wait {_g(r['lock_wait_s'])} s "
+        f"{r['lock_waits']:,} holds, wait {_g(r['lock_wait_s'])} s "
         f"(max {_g(r['lock_wait_max_s'])}), held {_g(r['lock_hold_s'])} s"
     )
 
@@ -255,7 +255,8 @@ def sweep_lines(rows: list[dict[str, Any]]) -> list[str]:
                 f"{r['drivers']} / {n * 2}",
                 f"{r['trials_run']:,} / {r['trials_asked']:,}",
                 _g(r["wall_s"]),
-                _g(r["first_trial_s"]),
+                _g(r["first_trial_s"])
+                + (f" ({_g(r['first_trial_after_release_s'])})" if r.get("barrier") else ""),
                 _g(r["span_s"]),
                 _g(r["ideal_s"]),
                 _g(r["trials_per_s"]),
@@ -272,8 +273,10 @@ def sweep_lines(rows: list[dict[str, Any]]) -> list[str]:
         "`span` runs from the first trial's start to the last one's end; `ideal` is the "
         "trials' own time over the slots; `busy` = ideal / span; `errors` counts drivers' "
         "exceptions, FAILed trials and 'database is locked' messages together; `budget lock` "
-        "is the run directory's lock that every driver takes before each ask (the shared "
-        "budget): asks, total and longest wait, total time held, over all drivers.",
+        "is the run directory's lock that every driver takes to reserve trials (the shared "
+        "budget; since a7f5857 a trial per slot at each hold): holds, total and longest "
+        "wait, total time held, over all drivers. `first trial s` counts from `srun`; "
+        "where the drivers started together (a7f5857 on), from their release in brackets.",
         "",
         *_table(
             [
@@ -317,6 +320,9 @@ LOCK_STEPS = (
     ("before", ""),  # the lock held for the whole ask, the sampler included
     ("3c54153", "2026-11-27 13:28:12"),  # held to count and reserve (Optuna's queue pop)
     ("b98ef28", "2026-11-27 13:38:50"),  # the pop (reading the study back) only if one waits
+    # a trial per slot reserved at each hold, the study opened outside the lock (3d8842e),
+    # the drivers released together once imported (_scale_sweep._barrier)
+    ("a7f5857", "2026-11-27 15:48:00"),
 )
 
 
@@ -344,7 +350,7 @@ def lock_lines(rows: list[dict[str, Any]]) -> list[str]:
         if "steady_wait_s" not in r:
             return "not timed"
         return (
-            f"{r['steady_asks']:,} asks, wait {_g(r['steady_wait_s'])} s "
+            f"{r['steady_asks']:,} holds, wait {_g(r['steady_wait_s'])} s "
             f"(max {_g(r['steady_wait_max_s'])}); open held {_g(r['open_hold_s'])} s"
         )
 
@@ -373,10 +379,14 @@ def lock_lines(rows: list[dict[str, Any]]) -> list[str]:
         "`before`: each driver held the run directory's lock for its whole ask; `3c54153`: "
         "only to count the claimed trials and reserve one (the sampler after); `b98ef28`: "
         "the reserve no longer reads the study back (Optuna's queue pop) unless a queued "
-        "trial waits. All drivers together. In the last step's `steady` column, the asks "
-        "that began once every driver had made its first, and the time the drivers held "
-        "the same lock to open (create) the SQLite study at start-up, which the first "
-        "asks queue behind.",
+        "trial waits; `a7f5857`: each hold reserves a trial per slot of the driver (one "
+        "at a time once a wave or fewer is left), the study is opened outside the lock "
+        "(3d8842e), and the drivers call sweep together once every one has imported "
+        "(before, 64 interpreters starting on 2 cores spread the drivers' starts over "
+        "~20 s; the lock's queue had lined them up). All drivers together. In the last "
+        "step's `steady` column, the holds that began once every driver had made its "
+        "first, and the time the drivers held the same lock to open (create) the SQLite "
+        "study at start-up.",
         "",
         *_table(
             [

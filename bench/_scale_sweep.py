@@ -4,7 +4,8 @@ drivers fill one SQLite study together, one trial per fake GPU of their node::
 
     srun -N 8 --ntasks-per-node=1 --gres=gpu:2 python bench/_scale_sweep.py RUN_DIR 1000
 
-Each trial sleeps its parameter ``t`` (0.1 to 1 s). The driver writes
+Each trial sleeps its parameter ``t`` (0.1 to 1 s). The drivers start their sweep together,
+once every node's interpreter has imported what it needs (``_barrier``). The driver writes
 ``driver-<node>.json`` beside the stamps (srun would interleave long stdout lines), and
 ``<node>.prof``, a cProfile of what it did while it held the budget's lock. The JSON
 holds its node, wall time, slots, busy fraction, the study's trial states, its errors,
@@ -95,13 +96,37 @@ def _time_the_budget_lock() -> None:
     study.locked = timed_open
 
 
+def _barrier(out: str, node: int) -> float:
+    """Wait until every node's driver has imported what it needs: the emulated nodes share
+    2 cores, so 64 interpreters starting one after another would spread the drivers'
+    first trials over ~20 s of start-up that a real cluster's nodes do side by side. The
+    sweep call (opening the study, the first asks) starts after it. Seconds waited."""
+    nodes = int(os.environ.get("SLURM_NNODES", os.environ.get("SLURM_JOB_NUM_NODES", "1")))
+    with open(os.path.join(out, f"ready-{node}"), "w"):
+        pass
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + 600
+    while sum(name.startswith("ready-") for name in os.listdir(out)) < nodes:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"node {node}: not every driver was ready within 600 s")
+        time.sleep(0.05)
+    return time.perf_counter() - t0
+
+
 def main() -> None:
+    import optuna.storages  # noqa: F401  (what every driver imports before its sweep)
+    import sqlalchemy.orm  # noqa: F401
+
     import paralela
+    import paralela.sweeping._api
 
     _time_the_budget_lock()
 
     run_dir, trials = sys.argv[1], int(sys.argv[2])
     node = int(os.environ.get("SLURM_NODEID", "0"))
+    out = os.path.dirname(os.environ["SCALE_STAMPS"])
+    barrier_s = _barrier(out, node)
+    released = time.time()
     t0 = time.perf_counter()
     error = ""
     try:
@@ -123,7 +148,6 @@ def main() -> None:
     except Exception as exc:  # reported, not hidden: the benchmark counts errors
         error = f"{type(exc).__name__}: {exc}"
         figures = {}
-    out = os.path.dirname(os.environ["SCALE_STAMPS"])
     PROFILE.dump_stats(os.path.join(out, f"{node}.prof"))
     # A file per driver: srun interleaves the tasks' long stdout lines.
     with open(os.path.join(out, f"driver-{node}.json"), "w") as fh:
@@ -131,6 +155,8 @@ def main() -> None:
             json.dumps(
                 {
                     "node": node,
+                    "barrier_s": barrier_s,
+                    "released": released,
                     "wall_s": time.perf_counter() - t0,
                     "error": error,
                     "lock_waits": len(LOCK_WAITS),

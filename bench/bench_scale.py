@@ -264,6 +264,12 @@ def run_sweep(cluster: ScaleCluster, args: argparse.Namespace) -> dict[str, Any]
         "wall_s": wall,
         "span_s": last - first,
         "first_trial_s": first - t0,
+        # Since 15:50: the drivers call sweep together, once every one has imported
+        # (_scale_sweep._barrier); first trial counted from their release.
+        "barrier": all("released" in d for d in drivers),
+        "released_s": max((d.get("released", t0) for d in drivers), default=t0) - t0,
+        "first_trial_after_release_s": first
+        - max((d.get("released", t0) for d in drivers), default=t0),
         "trials_per_s": len(spans) / (last - first),
         "slot_busy": sum(b - a for a, b in spans) / (slots * (last - first)),
         "ideal_s": sum(b - a for a, b in spans) / slots,

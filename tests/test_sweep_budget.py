@@ -232,3 +232,59 @@ def test_the_last_wave_of_trials_is_reserved_one_at_a_time(n_trials: int, allowe
     assert budget.counts() == (5, 3)
     with budget.claim(4) as n:
         assert n == allowed
+
+
+def test_the_budget_counts_only_the_trials_since_the_first_unfinished_one(
+    tmp_path: Path,
+) -> None:
+    """On SQLite a count reads the trials from the first one not finished on (a finished
+    trial never changes again), and still agrees with counting every trial, whatever
+    happened to them: finished, given back, interrupted, queued, taken from the queue."""
+    from paralela.studies import INTERRUPTED_ATTR, UNUSED_ATTR
+    from paralela.sweeping._budget import SharedBudget
+    from paralela.sweeping._cache import DriverStorage
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    storage = DriverStorage(optuna.storages.RDBStorage(url))
+    study = optuna.create_study(storage=storage, study_name="s")
+    budget = SharedBudget(study, 1000, run_dir=None)
+
+    def every_trial() -> tuple[int, int]:
+        trials = optuna.load_study(study_name="s", storage=url).get_trials(deepcopy=False)
+        counted = [
+            t
+            for t in trials
+            if t.state != TrialState.WAITING
+            and UNUSED_ATTR not in t.system_attrs
+            and INTERRUPTED_ATTR not in t.system_attrs
+        ]
+        return len(counted), sum(t.state == TrialState.RUNNING for t in counted)
+
+    def give_back(trial: Any, attr: str) -> None:
+        storage.set_trial_system_attr(trial._trial_id, attr, True)
+        storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+
+    running = [study.ask() for _ in range(3)]
+    assert budget.counts() == every_trial() == (3, 3)
+    study.tell(running[1], 1.0)  # not the first: the count still starts at the first
+    assert budget.counts() == every_trial() == (3, 2)
+    study.tell(running[0], 0.5)
+    give_back(running[2], UNUSED_ATTR)
+    more = [study.ask() for _ in range(4)]
+    assert budget.counts() == every_trial() == (6, 4)
+    assert budget._from_id == more[0]._trial_id  # the finished ones are not read again
+    give_back(more[0], INTERRUPTED_ATTR)
+    study.tell(more[1], state=TrialState.PRUNED)
+    study.tell(more[2], state=TrialState.FAIL)
+    study.enqueue_trial({})
+    with budget.claim(1):
+        assert budget.waiting()
+    assert budget.counts() == every_trial() == (5, 1)
+    queued = study.ask()  # taken from the queue
+    study.tell(more[3], 2.0)
+    with budget.claim(1):
+        assert not budget.waiting()
+    assert budget.counts() == every_trial() == (6, 1)
+    study.tell(queued, 3.0)
+    assert budget.counts() == every_trial() == (6, 0)
+    assert budget._from_id > queued._trial_id  # every trial finished: none read again

@@ -11,7 +11,9 @@ slot of its own at a time (in one transaction), and takes the lock again only on
 has asked them all: with 64 drivers on 2 cores one lock per ask was near its capacity
 and the asks queued for it. Once a wave of trials or fewer is left (no more than the
 study runs now), it reserves one at a time, so that the last trials go to the slots
-that free first. Under the lock there are only these few
+that free first. On SQLite a count reads only the trials from the first unfinished one
+on (those before are finished for good and counted once): counting every trial of the
+study made each hold O(trials), 28 ms at 100,000. Under the lock there are only these few
 queries (the count, whether a queued trial waits, the new row): the sampler, and the
 driver's reading back of the other drivers' trials, run after it is let go. Drivers
 sharing a database from different run directories (``--storage postgresql://...``) count
@@ -45,9 +47,15 @@ _COUNT_SQL = (
     "WHERE key IN (:unused, :interrupted))"
 )
 
-_COUNT_SQLITE = (
-    _COUNT_SQL.replace(":study_id", "?").replace(":unused", "?").replace(":interrupted", "?")
+# SQLite: the study's trials from one id on, each with whether it was given back. Ids
+# there are handed out and committed in order (one writer at a time), so every trial
+# below the first unfinished one is finished for good and counted once (see counts()).
+_TAIL_SQLITE = (
+    "SELECT trial_id, state, EXISTS (SELECT 1 FROM trial_system_attributes a "
+    "WHERE a.trial_id = t.trial_id AND a.key IN (?, ?)) FROM trials t "
+    "WHERE study_id = ? AND trial_id >= ? ORDER BY trial_id"
 )
+_FINISHED = ("COMPLETE", "PRUNED", "FAIL")
 _WAITING_SQL = "SELECT 1 FROM trials WHERE study_id = :study_id AND state = 'WAITING' LIMIT 1"
 
 
@@ -83,6 +91,14 @@ class SharedBudget:
         self._study = study
         self._n_trials = n_trials
         self._run_dir = run_dir
+        # SQLite: the trials below _from_id are finished (a finished trial never changes
+        # again), and _below of them count against the budget; each count reads only the
+        # trials from _from_id on (those running, and the newer ones), not the study's
+        # every trial: ~0.3 ms a count at 1,000 trials, 28 ms at 100,000 before.
+        self._from_id = 0
+        self._below = 0
+        self._waiting: bool | None = None  # seen by the count made in this claim
+        self._seen_waiting: bool | None = None  # seen by the last count
 
     @contextlib.contextmanager
     def claim(self, want: int = 1) -> Iterator[int]:
@@ -91,9 +107,14 @@ class SharedBudget:
         trials is left (more than the study runs now), else one, so that the last trials
         go to whichever slot frees first, not to a driver holding them in reserve."""
         with locked(self._run_dir) if self._run_dir is not None else contextlib.nullcontext():
-            claimed, running = self.counts()
-            left = self._n_trials - claimed
-            yield max(0, min(want if left > running else 1, left))
+            try:
+                self._seen_waiting = None
+                claimed, running = self.counts()
+                self._waiting = self._seen_waiting
+                left = self._n_trials - claimed
+                yield max(0, min(want if left > running else 1, left))
+            finally:
+                self._waiting = None
 
     def claimed(self) -> int:
         """The trials that count against the budget, as the storage has them now."""
@@ -103,7 +124,10 @@ class SharedBudget:
         """Whether the study may hold a queued (WAITING) trial: asked of the database in
         one query, so that taking a trial under the lock needs Optuna's queue pop (which
         reads every new and unfinished trial of every driver back into this driver's
-        cache) only when there is one to take. Without a database to ask: ``True``."""
+        cache) only when there is one to take. Without a database to ask: ``True``.
+        Inside :meth:`claim` on SQLite, its count has seen it already."""
+        if self._waiting is not None:
+            return self._waiting
         backend = getattr(self._study._storage, "backend", None)  # a DriverStorage's
         if backend is None:
             return True
@@ -115,6 +139,28 @@ class SharedBudget:
             ).first()
         return row is not None
 
+    def _count_tail(self, rows: list[tuple[int, str, int]]) -> tuple[int, int]:
+        """(claimed, running) from the trials from ``_from_id`` on, in id order; moves
+        ``_from_id`` up to the first of them not finished."""
+        claimed, running, waiting = self._below, 0, False
+        first_open: int | None = None
+        for trial_id, state, given_back in rows:
+            counts = state in _CLAIMED and not given_back
+            claimed += counts
+            running += state == "RUNNING"
+            waiting |= state == "WAITING"
+            if first_open is None:
+                if state in _FINISHED:
+                    self._below += counts
+                else:
+                    first_open = trial_id
+        if first_open is not None:
+            self._from_id = first_open
+        elif rows:
+            self._from_id = rows[-1][0] + 1
+        self._seen_waiting = waiting
+        return claimed, running
+
     def counts(self) -> tuple[int, int]:
         """The trials that count against the budget, and those of them still running
         (asked or reserved included), as the storage has them now: one query."""
@@ -122,18 +168,18 @@ class SharedBudget:
         backend = getattr(storage, "backend", None)  # a DriverStorage's database
         study_id = self._study._study_id
         if backend is not None and backend.engine.dialect.name == "sqlite":
-            # Through the DB-API: ~50 us, not ~200 us through SQLAlchemy (once per trial).
+            # Through the DB-API: ~50 us, not ~200 us through SQLAlchemy (once per hold).
             connection = backend.engine.raw_connection()
             try:
                 cursor = connection.cursor()
                 try:
-                    args = (study_id, UNUSED_ATTR, INTERRUPTED_ATTR)
-                    count, running = cursor.execute(_COUNT_SQLITE, args).fetchone()
+                    args = (UNUSED_ATTR, INTERRUPTED_ATTR, study_id, self._from_id)
+                    rows = cursor.execute(_TAIL_SQLITE, args).fetchall()
                 finally:
                     cursor.close()
             finally:
                 connection.close()  # back to the pool
-            return int(count or 0), int(running or 0)
+            return self._count_tail(rows)
         if backend is not None:  # one query, not every trial back from the database
             from sqlalchemy import text
 
