@@ -321,8 +321,10 @@ LOCK_STEPS = (
     ("3c54153", "2026-11-27 13:28:12"),  # held to count and reserve (Optuna's queue pop)
     ("b98ef28", "2026-11-27 13:38:50"),  # the pop (reading the study back) only if one waits
     # a trial per slot reserved at each hold, the study opened outside the lock (3d8842e),
-    # the drivers released together once imported (_scale_sweep._barrier)
-    ("a7f5857", "2026-11-27 15:48:00"),
+    # the drivers released together once imported (_scale_sweep._barrier; the rows of
+    # 15:44-15:46 without it are superseded here, see the findings)
+    ("a7f5857", "2026-11-27 15:43:00"),
+    ("bc8e177", "2026-11-27 15:58:00"),  # the count reads only the trials not yet finished
 )
 
 
@@ -383,10 +385,11 @@ def lock_lines(rows: list[dict[str, Any]]) -> list[str]:
         "at a time once a wave or fewer is left), the study is opened outside the lock "
         "(3d8842e), and the drivers call sweep together once every one has imported "
         "(before, 64 interpreters starting on 2 cores spread the drivers' starts over "
-        "~20 s; the lock's queue had lined them up). All drivers together. In the last "
-        "step's `steady` column, the holds that began once every driver had made its "
-        "first, and the time the drivers held the same lock to open (create) the SQLite "
-        "study at start-up.",
+        "~20 s; the lock's queue had lined them up); `bc8e177`: the count reads only the "
+        "trials from the first unfinished one on (it read every trial). All drivers "
+        "together. In the last step's `steady` column, the holds that began once every "
+        "driver had made its first, and the time the drivers held the same lock to open "
+        "(create) the SQLite study at start-up.",
         "",
         *_table(
             [
