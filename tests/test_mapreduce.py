@@ -10,7 +10,7 @@ import random
 import re
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -365,6 +365,36 @@ def test_a_mapper_that_yields_no_pair_is_named(tmp_path: Path) -> None:
     assert info.value.function == "mapper"
     assert "a.txt line 1" in str(info.value)
     assert "'one'" in str(info.value)
+
+
+def bigrams_without_a_value(line: str) -> Iterator[Any]:
+    for i in range(len(line) - 1):
+        yield line[i : i + 2]  # a 2-character string unpacks as a pair: ('t', 'h')
+
+
+def bigram_list_without_a_value(line: str) -> list[Any]:
+    return list(bigrams_without_a_value(line))
+
+
+def values_seen(_key: Any, values: Iterable[Any]) -> list[Any]:
+    return sorted(values)
+
+
+@pytest.mark.parametrize("mapper", [bigrams_without_a_value, bigram_list_without_a_value])
+@pytest.mark.parametrize("combiner", [None, values_seen])
+def test_a_mapper_that_yields_two_item_strings_is_named_not_counted(
+    tmp_path: Path, mapper: Callable[[str], Any], combiner: Any
+) -> None:
+    """`k, v = kv` takes any 2-item iterable: a bigram without its value is not a pair
+    ('t', 'h'), and the mapper, not the reducer or nobody, is named for it."""
+    (tmp_path / "a.txt").write_text("the theme\nthat\n")
+    with pytest.raises(UserFunctionError) as info:
+        paralela.mapreduce(mapper, values_seen, str(tmp_path / "a.txt"), combiner=combiner,
+                           workers=2)  # fmt: skip
+    assert info.value.function == "mapper"
+    assert "'th' (a str)" in str(info.value)
+    assert "not a (key, value) pair" in str(info.value)
+    assert "a.txt line 1" in str(info.value)
 
 
 def none_for_b(line: str) -> list[tuple[str, int]] | None:
