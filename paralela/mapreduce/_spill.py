@@ -37,7 +37,9 @@ from typing import Any
 from paralela import _files
 from paralela.errors import MapReduceError, UserFunctionError
 from paralela.mapreduce._hashing import order, partition_of
+from paralela.mapreduce._pairs import CHECKED_PAIRS
 from paralela.mapreduce._pairs import NOTHING as _NOTHING
+from paralela.mapreduce._pairs import check_first as _check_first
 from paralela.mapreduce._pairs import pair_problem as _pair_problem
 from paralela.mapreduce._pairs import raise_pair_error as _raise_pair_error
 from paralela.mapreduce._pairs import size as _size
@@ -99,12 +101,6 @@ RUN_COMBINE_AVERAGE = 256
 # win. Measured: 1M pairs of 1 (80 %) or 0, Zipf keys: 3.2x the CPU with 1/2, as before
 # with 1/8.
 RUN_MISSES = 8
-# The first pairs of a task are each checked to be a 2-tuple or 2-list before use: the hot
-# loops unpack `k, v = kv`, which also takes any other 2-item iterable (a 2-character
-# string: `yield line[i:i + 2]` without its value would count key 'a' with value 'b'),
-# and check the type of only the last pair of each stretch. A mapper yields pairs of one
-# shape: a wrong one shows in its first pairs. Checking every pair cost ~10 % of the loop.
-CHECKED_PAIRS = 1024
 RUN_PROBE = 1024
 RUN_CHOICES = 3
 # Most spill files a map task leaves; close() merges more into one. Each costs the
@@ -207,7 +203,7 @@ class MapOutput:
         self._run_misses = 0  # of these, pairs of another value
         self._run_hits = 0  # and pairs of the run value whose runs were combined
         self._run_choices = 0
-        self._unchecked = CHECKED_PAIRS  # pairs still to check one by one
+        self._unchecked = CHECKED_PAIRS  # pairs still to check one by one (see _pairs)
 
     # -- adding pairs -------------------------------------------------------------------
 
@@ -242,7 +238,10 @@ class MapOutput:
                 the item); or the combiner raised (function="combiner").
         """
         if self._unchecked > 0:
-            pairs = self._check_first(pairs)
+            if type(pairs) is not list:
+                pairs = self._iterate(pairs)
+            pairs, checked = _check_first(pairs, self._unchecked)
+            self._unchecked -= checked
         if self._run_value is not _OFF:
             it = self._iterate(pairs)
             while not self._add_runs(it):
@@ -287,23 +286,6 @@ class MapOutput:
             if n < budget:
                 return
             budget = self._every - self._pending
-
-    def _check_first(self, pairs: Iterable[Any]) -> Iterable[Any]:
-        """``pairs``, whose first items (up to the task's first CHECKED_PAIRS) were each
-        checked to be a 2-tuple or a 2-list with a hashable key."""
-        if type(pairs) is list:
-            head = pairs[: self._unchecked]
-            rest: Iterator[Any] | None = None
-        else:
-            rest = self._iterate(pairs)
-            head = list(islice(rest, self._unchecked))
-        for kv in head:
-            if not isinstance(kv, (tuple, list)) or len(kv) != 2:
-                raise UserFunctionError(_pair_problem(kv) or "", function="mapper")
-        self._unchecked -= len(head)
-        if rest is None:
-            return pairs
-        return chain(head, rest) if self._unchecked == 0 else head
 
     @staticmethod
     def _iterate(pairs: Iterable[Any]) -> Iterator[Any]:
