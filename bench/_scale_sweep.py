@@ -38,7 +38,7 @@ def objective(params: dict[str, Any]) -> float:
 LOCK_WAITS: list[float] = []
 LOCK_HOLDS: list[float] = []
 LOCK_STARTS: list[float] = []  # time.time() at each ask's wait's start
-COUNT_S: list[float] = []  # SharedBudget.counts(): the count query, under the lock
+COUNT_S: list[float] = []  # SharedBudget._counts(): the count query, under the lock
 OPEN_HOLDS: list[float] = []  # the lock held by open_storage (creating the database)
 PROFILE = cProfile.Profile()  # the budget lock's holds, saved beside the stamps
 
@@ -69,16 +69,16 @@ def _time_the_budget_lock() -> None:
 
     budget.locked = timed
 
-    real_counts = budget.SharedBudget.counts
+    real_counts = budget.SharedBudget._counts
 
-    def counts(self: Any) -> tuple[int, int]:
+    def counts(self: Any) -> tuple[int, int, bool | None]:
         t0 = time.perf_counter()
         try:
             return real_counts(self)
         finally:
             COUNT_S.append(time.perf_counter() - t0)
 
-    budget.SharedBudget.counts = counts  # type: ignore[method-assign]
+    budget.SharedBudget._counts = counts  # type: ignore[method-assign]
 
     import paralela.studies._study as study
 

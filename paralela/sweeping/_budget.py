@@ -98,7 +98,6 @@ class SharedBudget:
         self._from_id = 0
         self._below = 0
         self._waiting: bool | None = None  # seen by the count made in this claim
-        self._seen_waiting: bool | None = None  # seen by the last count
 
     @contextlib.contextmanager
     def claim(self, want: int = 1) -> Iterator[int]:
@@ -108,9 +107,7 @@ class SharedBudget:
         go to whichever slot frees first, not to a driver holding them in reserve."""
         with locked(self._run_dir) if self._run_dir is not None else contextlib.nullcontext():
             try:
-                self._seen_waiting = None
-                claimed, running = self.counts()
-                self._waiting = self._seen_waiting
+                claimed, running, self._waiting = self._counts()
                 left = self._n_trials - claimed
                 yield max(0, min(want if left > running else 1, left))
             finally:
@@ -139,9 +136,9 @@ class SharedBudget:
             ).first()
         return row is not None
 
-    def _count_tail(self, rows: list[tuple[int, str, int]]) -> tuple[int, int]:
-        """(claimed, running) from the trials from ``_from_id`` on, in id order; moves
-        ``_from_id`` up to the first of them not finished."""
+    def _count_tail(self, rows: list[tuple[int, str, int]]) -> tuple[int, int, bool]:
+        """(claimed, running, whether one waits) from the trials from ``_from_id`` on, in
+        id order; moves ``_from_id`` up to the first of them not finished."""
         claimed, running, waiting = self._below, 0, False
         first_open: int | None = None
         for trial_id, state, given_back in rows:
@@ -158,12 +155,17 @@ class SharedBudget:
             self._from_id = first_open
         elif rows:
             self._from_id = rows[-1][0] + 1
-        self._seen_waiting = waiting
-        return claimed, running
+        return claimed, running, waiting
 
     def counts(self) -> tuple[int, int]:
         """The trials that count against the budget, and those of them still running
         (asked or reserved included), as the storage has them now: one query."""
+        claimed, running, _ = self._counts()
+        return claimed, running
+
+    def _counts(self) -> tuple[int, int, bool | None]:
+        """:meth:`counts`, and whether a queued trial waits where the same query saw it
+        (SQLite; else ``None``: :meth:`waiting` asks)."""
         storage = self._study._storage
         backend = getattr(storage, "backend", None)  # a DriverStorage's database
         study_id = self._study._study_id
@@ -188,7 +190,7 @@ class SharedBudget:
                     text(_COUNT_SQL),
                     {"study_id": study_id, "unused": UNUSED_ATTR, "interrupted": INTERRUPTED_ATTR},
                 ).one()
-            return int(count or 0), int(running or 0)
+            return int(count or 0), int(running or 0), None
         from optuna.trial import TrialState
 
         states = tuple(TrialState[name] for name in _CLAIMED)
@@ -197,4 +199,4 @@ class SharedBudget:
             for t in storage.get_all_trials(study_id, deepcopy=False, states=states)
             if UNUSED_ATTR not in t.system_attrs and INTERRUPTED_ATTR not in t.system_attrs
         ]
-        return len(counted), sum(t.state == TrialState.RUNNING for t in counted)
+        return len(counted), sum(t.state == TrialState.RUNNING for t in counted), None

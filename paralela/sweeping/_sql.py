@@ -179,6 +179,7 @@ class TrialWriter:
         database file): their (id, number) in order, and their start."""
         now = datetime.now()
         start = self._stored("datetime_start", self._start, now)
+        attrs = [(k, json.dumps(v)) for k, v in system_attrs.items()]  # the same for each
 
         def work(cursor: Any) -> list[tuple[int, int]]:
             made = []
@@ -191,7 +192,7 @@ class TrialWriter:
                 # it; the first insert holds SQLite's write lock until the commit.
                 (number,) = cursor.execute(self._count, (study_id, trial_id)).fetchone()
                 cursor.execute(self._number, (number, trial_id))
-                rows = [self._attr.row(trial_id, k, json.dumps(v)) for k, v in system_attrs.items()]
+                rows = [self._attr.row(trial_id, k, v) for k, v in attrs]
                 if rows:
                     cursor.executemany(self._attr.sql, rows)
                 made.append((trial_id, int(number)))
