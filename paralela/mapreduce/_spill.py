@@ -36,6 +36,7 @@ from typing import Any
 
 from paralela import _files
 from paralela.errors import MapReduceError, UserFunctionError
+from paralela.mapreduce._counting import count_runs as _count_runs
 from paralela.mapreduce._hashing import order, partition_of
 from paralela.mapreduce._pairs import CHECKED_PAIRS
 from paralela.mapreduce._pairs import NOTHING as _NOTHING
@@ -89,9 +90,7 @@ COMBINE_AVERAGE = 16
 # of another value comes for a key that has a run, and when the pairs since the last time
 # average RUN_COMBINE_AVERAGE a key (a run costs no memory: this only makes a combiner
 # that raises fail while buffering rather than at the end of the task).
-# Counting in batches in C instead (list(islice(...)) + collections._count_elements)
-# was measured at 1.15-1.9x this loop's CPU: the dict update is the cost, not the
-# bytecode (bench/results/mapreduce.md, issue 27 row 7).
+# The counting loop itself is compiled where a C compiler was (_counting, _speedups.c).
 RUN_COMBINE_AVERAGE = 256
 # Runs stop when more than 1/RUN_MISSES of the pairs (after RUN_PROBE pairs) are of other
 # values (`yield word, len(word)`): the run value is chosen again from the next pair, up
@@ -308,21 +307,14 @@ class MapOutput:
         if self._run_seen < RUN_PROBE:  # a check soon, to drop a run value few pairs have
             budget = min(budget, RUN_PROBE)
         grown = len(runs) + self._run_misses
-        kv = _NOTHING
+        seen = [_NOTHING]
         try:
-            # The hot loop of a word count: one dict update a pair, no call, no count
-            # (runs count their pairs; whether `it` ran dry is found by a look ahead).
-            for kv in islice(it, budget):
-                k, v = kv
-                if v is one:
-                    try:
-                        runs[k] += 1
-                    except KeyError:
-                        runs[k] = 1
-                else:
-                    other(k, v)
+            # The hot loop of a word count: one dict update a pair, compiled where it
+            # could be (see _counting); whether `it` ran dry is found by a look ahead.
+            _count_runs(runs, it, one, other, budget, seen)
         except (TypeError, ValueError) as exc:
-            _raise_pair_error(exc, kv)
+            _raise_pair_error(exc, seen[0])
+        kv = seen[0]
         if kv is _NOTHING:
             return True
         if type(kv) is not tuple and not isinstance(kv, (tuple, list)):
