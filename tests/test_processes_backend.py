@@ -398,3 +398,43 @@ def test_tasks_go_to_the_worker_that_started_while_another_still_boots(
     finally:
         (tmp_path / "go").touch()
         backend.shutdown()
+
+
+def loaded(name: str) -> bool:
+    import sys
+
+    return name in sys.modules
+
+
+def import_it(name: str) -> str:
+    import importlib
+
+    return importlib.import_module(name).__name__
+
+
+def test_preloaded_modules_are_imported_before_the_first_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make_backend(..., preload=...)``: each worker imports them as it starts (the
+    driver's sys.path is the worker's); one that fails to import is skipped there, and
+    the task that imports it gets the error."""
+    from paralela.backends import make_backend
+
+    (tmp_path / "preloaded_here.py").write_text("MARK = 1\n", encoding="utf-8")
+    (tmp_path / "broken_on_import.py").write_text("raise RuntimeError('no GPU here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pool = make_backend(
+        "processes", 2, preload=["broken_on_import", "preloaded_here", "no_such_module_x"]
+    )
+    try:
+        assert pool.submit(loaded, "preloaded_here").result(timeout=60)
+        assert pool.submit(loaded, "preloaded_here").result(timeout=60)
+        with pytest.raises(RuntimeError, match="no GPU here"):
+            pool.submit(import_it, "broken_on_import").result(timeout=60)
+    finally:
+        pool.shutdown()
+    plain = make_backend("processes", 1)
+    try:
+        assert not plain.submit(loaded, "preloaded_here").result(timeout=60)
+    finally:
+        plain.shutdown()

@@ -98,3 +98,21 @@ def test_a_function_trials_worker_does_not_import_the_command_trials_module(
     lines = record.read_text().split()
     assert len(lines) == 8  # a pid and a flag for each of the 4 trials
     assert set(lines[1::2]) == {"False"}
+
+
+def test_workers_import_the_trial_runner_and_the_objectives_module_as_they_start() -> None:
+    """The sweep's workers preload what their first trial imports (make_backend's
+    ``preload``), while the driver opens the database; a ``__main__`` objective travels
+    by value, so there is no module of its to import."""
+    from paralela.sweeping._api import _worker_modules
+
+    assert _worker_modules(loaded_in_worker) == [
+        "paralela.sweeping._worker_trial",
+        loaded_in_worker.__module__,
+    ]
+
+    def local(params: dict[str, Any]) -> float:
+        return 0.0
+
+    local.__module__ = "__main__"
+    assert _worker_modules(local) == ["paralela.sweeping._worker_trial"]

@@ -405,3 +405,79 @@ def test_a_new_database_s_storage_is_built_outside_the_directory_s_lock(
     study = optuna.create_study(storage=storage, study_name="s")
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     assert len(study.trials) == 2
+
+
+def _reads(storage: DriverStorage) -> list[tuple[set[int], int]]:
+    """Record what each read of the database asks for: (unfinished ids, newer than id)."""
+    calls: list[tuple[set[int], int]] = []
+    backend = storage.backend
+    real = backend._get_trials
+
+    def get_trials(
+        study_id: int, states: Any, included_trial_ids: Any, trial_id_greater_than: int
+    ) -> Any:
+        calls.append((set(included_trial_ids), trial_id_greater_than))
+        return real(study_id, states, included_trial_ids, trial_id_greater_than)
+
+    backend._get_trials = get_trials  # type: ignore[method-assign]
+    return calls
+
+
+def test_a_read_skips_the_trials_this_driver_ended(tmp_path: Path) -> None:
+    """The trials the driver ended itself are complete in its cache: a read asks the
+    database only for the newer ones and the unfinished ones, not for every trial since
+    the last read (all of a short sweep's trials at its end)."""
+    study = driver_study(tmp_path / "s.db", sync_seconds=3600.0)
+    storage = study._storage
+    assert isinstance(storage, DriverStorage)
+    done = [study.ask(SPACE) for _ in range(6)]
+    for trial in done:
+        study.tell(trial, 1.0)
+    running = study.ask(SPACE)
+    calls = _reads(storage)
+    storage.sync(study._study_id)
+    assert calls == [(set(), done[-1]._trial_id)]  # the running trial: newer
+    study.tell(running, 2.0)
+    storage.sync(study._study_id)
+    assert calls[-1] == (set(), running._trial_id)
+
+
+def test_a_trial_another_driver_made_between_this_ones_is_still_read(tmp_path: Path) -> None:
+    """A trial id missing from the cache (another driver's, not read yet) stops the skip
+    there: that trial, and every one after it, is read as before."""
+    path = tmp_path / "s.db"
+    ours = driver_study(path, sync_seconds=3600.0)
+    other = optuna.load_study(study_name="s", storage=url(path))
+    first = ours.ask(SPACE)
+    theirs = other.ask(SPACE)
+    second = ours.ask(SPACE)
+    ours.tell(first, 1.0)
+    ours.tell(second, 2.0)
+    other.tell(theirs, 0.5)
+    assert isinstance(ours._storage, DriverStorage)
+    calls = _reads(ours._storage)
+    ours._storage.sync(ours._study_id)
+    assert calls == [(set(), first._trial_id)]
+    assert [t.value for t in ours.get_trials()] == [1.0, 0.5, 2.0]
+    assert ours.best_value == 0.5
+
+
+def test_what_a_worker_wrote_is_read_back_before_the_trial_is_told(tmp_path: Path) -> None:
+    """A function trial's reports (written by its worker) are in the cache once the
+    driver ends the trial (the oracle refreshes a trial that wrote): reads may skip it."""
+    from paralela.sweeping._oracle import Oracle
+    from paralela.sweeping._worker_trial import TrialOutcome
+
+    path = tmp_path / "s.db"
+    ours = driver_study(path, sync_seconds=3600.0)
+    oracle = Oracle(ours, {}, ahead=1, limit=1)
+    oracle.resume()
+    trial = oracle.take()
+    assert trial is not None
+    worker = optuna.load_study(study_name="s", storage=url(path))
+    optuna.trial.Trial(worker, trial._trial_id).report(3.5, 4)
+    oracle.tell(trial, TrialOutcome(trial.number, "COMPLETE", [1.0], 0.0, 1.0, wrote=True))
+    oracle.close()
+    (told,) = ours.get_trials()  # from the cache: no read in an hour
+    assert told.intermediate_values == {4: 3.5}
+    assert told.state == TrialState.COMPLETE

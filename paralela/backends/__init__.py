@@ -157,10 +157,12 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-def _processes(workers: int | None, *, slots: Sequence[Slot] | None = None) -> Backend:
+def _processes(
+    workers: int | None, *, slots: Sequence[Slot] | None = None, preload: Sequence[str] = ()
+) -> Backend:
     from paralela.backends._processes import ProcessBackend
 
-    return ProcessBackend(workers, slots=slots)
+    return ProcessBackend(workers, slots=slots, preload=preload)
 
 
 def _threads(workers: int | None) -> Backend:
@@ -276,6 +278,7 @@ def make_backend(
     options: Mapping[str, Any] | None = None,
     *,
     slots: Sequence[Slot] | None = None,
+    preload: Sequence[str] = (),
 ) -> Backend:
     """A new backend of its own for ``backend`` (never shared); the caller shuts it down.
 
@@ -283,10 +286,18 @@ def make_backend(
     (``CUDA_VISIBLE_DEVICES``) and thread limits are in its environment before it
     imports anything, and ``workers`` defaults to one per slot.
 
+    ``preload``: modules each worker process imports as it starts, before its first task
+    (as multiprocessing's ``set_forkserver_preload``): the caller's set-up and the
+    workers' imports then overlap. A module that fails to import is skipped there (the
+    task that imports it raises the error). Backends without worker processes ignore it.
+
     Raises:
         ConfigError: as :func:`get_backend`; also an empty ``slots``.
     """
     _check(backend, workers, options, slots)
+    if preload and backend == "processes":
+        # (through the table: importing paralela.backends._processes rebinds the name)
+        return _FACTORIES["processes"](workers, slots=slots, preload=tuple(preload))
     return _make(backend, workers, options, slots)
 
 

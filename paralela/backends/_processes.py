@@ -172,6 +172,7 @@ class ProcessBackend(Backend):
         env: dict[str, str] | None = None,
         slots: Sequence[Slot] | None = None,
         pin_cpus: bool = False,
+        preload: Sequence[str] = (),
     ) -> None:
         if slots is not None and not slots:
             raise ConfigError("slots is empty; pass None or at least one Slot.")
@@ -181,6 +182,7 @@ class ProcessBackend(Backend):
         self._n = n
         self._envs = worker_envs(n, slots, env=env, pin_cpus=pin_cpus)
         self._cwd = os.getcwd()
+        self._preload = list(preload)  # modules each worker imports at its start
         self._zero_copy = zero_copy_available()
         self._ids = itertools.count()
         self._lock = threading.Lock()
@@ -408,7 +410,7 @@ class ProcessBackend(Backend):
         conn = Connection(ours.detach())
         # A worker that died at once (broken environment) is reported by its sentinel.
         with contextlib.suppress(OSError):
-            conn.send_bytes(dumps(("init", list(sys.path), list(sys.argv))))
+            conn.send_bytes(dumps(("init", list(sys.path), list(sys.argv), self._preload)))
         return _Worker(process, conn, arenas, place)
 
     def _dispatch(self) -> None:

@@ -7,8 +7,9 @@
                           (EOF: the driver is gone, exit at once, even mid-task)
 
 Messages from the driver (pickled tuples):
-    ("init", sys_path, argv)                          the driver's import path and sys.argv
-                                                      (as multiprocessing's spawn), sent first
+    ("init", sys_path, argv, preload)                 the driver's import path and sys.argv
+                                                      (as multiprocessing's spawn), sent first;
+                                                      modules to import before any task
     ("task", task_id, payload, arena_slot, layout)   run a task; buffers are in the arena
                                                       (layout: the arena's fd in the driver,
                                                       inode, size, and each buffer's span)
@@ -239,6 +240,11 @@ def worker_main(conn: Connection, arena_fds: list[int]) -> None:
         if kind == "init":
             sys.path[:] = message[1]
             sys.argv[:] = message[2]
+            for name in message[3]:
+                try:
+                    __import__(name)
+                except BaseException:  # the task that needs it raises the error
+                    continue
             continue
         if kind == "ref":
             _, ref_id, payload, layout = message

@@ -321,9 +321,9 @@ class _Sweep:
                 if self.function is not None:  # the workers boot while the database opens
                     from paralela.backends import make_backend
 
-                    pool = make_backend(
-                        "processes", slots=slots
-                    )  # the sweep's own, shut down below
+                    pool = make_backend(  # the sweep's own, shut down below
+                        "processes", slots=slots, preload=_worker_modules(self.function)
+                    )
                 database = open_storage(choice.spec, wal=a.storage is None)
                 study = self.open_study(optuna, database, root, choice.spec, sampler, pruner)
                 records, wall, busy = self.run_loop(study, choice.spec, root, slots, pool, jobs)
@@ -522,6 +522,18 @@ def _grid_queue(space: Space, n_trials: int | None) -> list[dict[str, Any]]:
             "point once, or give at most that many."
         )
     return points
+
+
+def _worker_modules(objective: Callable[..., Any]) -> list[str]:
+    """What a function trial's worker imports: the trial runner, and the objective's
+    module when the objective travels by name (not ``__main__``'s: those go by value).
+    Imported as each worker starts, while the driver opens the database (a model's
+    module that imports torch takes seconds), instead of on its first trial."""
+    modules = ["paralela.sweeping._worker_trial"]
+    module = getattr(objective, "__module__", None)
+    if isinstance(module, str) and module != "__main__" and module in sys.modules:
+        modules.append(module)
+    return modules
 
 
 def _open_study(

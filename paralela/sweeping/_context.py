@@ -68,6 +68,11 @@ class FunctionTrialContext:
         self.next_step = 0
         self._trial: Any = None
 
+    @property
+    def wrote(self) -> bool:
+        """The trial wrote to the study (it reported)."""
+        return self._trial is not None
+
     def report(self, value: float, step: int | None) -> None:
         import optuna
 

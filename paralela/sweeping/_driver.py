@@ -527,7 +527,7 @@ class _TrialLoop:
             self.failures += 1
         del self.running[run.trial.number]
         self.free.append(run.slot)
-        self.oracle.tell(run.trial, outcome.state, outcome.values, outcome.error)
+        self.oracle.tell(run.trial, outcome)
 
     # -- the end -----------------------------------------------------------------------
 
@@ -583,8 +583,8 @@ def _command_outcome(run: _Running, returncode: int) -> TrialOutcome:
         )
     else:
         state, values, error = "COMPLETE", [handle.last_value], None
-    return TrialOutcome(
-        number, state, values, handle.started, now, error, returncode, handle.devices
+    return TrialOutcome(  # (its reports came through the driver: wrote nothing itself)
+        number, state, values, handle.started, now, error, returncode, handle.devices, wrote=False
     )
 
 

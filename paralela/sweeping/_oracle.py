@@ -18,6 +18,7 @@ from paralela.studies import DRIVER_ATTR, driver_identity
 
 if TYPE_CHECKING:
     from paralela.sweeping._budget import SharedBudget
+    from paralela.sweeping._worker_trial import TrialOutcome
 
 __all__ = ["Oracle"]
 
@@ -53,9 +54,10 @@ class Oracle:
         self._identity = driver_identity()
         self._cv = threading.Condition()
         self._asked: collections.deque[Any] = collections.deque()
-        self._tells: collections.deque[tuple[Any, str, list[float] | None, str | None]] = (
-            collections.deque()
-        )
+        # (trial, state, values, error, wrote): see tell()
+        self._tells: collections.deque[
+            tuple[Any, str, list[float] | None, str | None, bool | None]
+        ] = collections.deque()
         self._n_asked = 0
         # Trials reserved under the shared budget's lock (one per slot at a time), not
         # yet sampled: RUNNING in the study, so every driver counts them (see _budget).
@@ -83,9 +85,11 @@ class Oracle:
         with self._cv:
             return self._exhausted and not self._asked
 
-    def tell(self, trial: Any, state: str, values: list[float] | None, error: str | None) -> None:
+    def tell(self, trial: Any, outcome: TrialOutcome) -> None:
+        """Tell how ``trial`` ended (a trial that wrote to the study itself, or may have,
+        ``outcome.wrote``, is read back first)."""
         with self._cv:
-            self._tells.append((trial, state, values, error))
+            self._tells.append((trial, outcome.state, outcome.values, outcome.error, outcome.wrote))
             self._cv.notify_all()
 
     def hold(self) -> None:
@@ -197,10 +201,12 @@ class Oracle:
                         self._n_asked += 1
                     if not tells and not ask and self._closing:
                         return
-                for trial, state_name, values, error in tells:
+                for trial, state_name, values, error, wrote in tells:
                     state = states.get(state_name, TrialState.FAIL)
-                    if refresh is not None and (self._read_back or state == TrialState.PRUNED):
-                        refresh(trial._trial_id)  # its value is its last report: read it
+                    if refresh is not None and (
+                        self._read_back or wrote is not False or state == TrialState.PRUNED
+                    ):  # what it wrote (a pruned trial's value is its last report): read it
+                        refresh(trial._trial_id)
                     if error:
                         storage.set_trial_system_attr(
                             trial._trial_id, "paralela:error", error[-LOG_ERROR_CHARS:]

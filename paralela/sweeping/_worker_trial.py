@@ -51,6 +51,10 @@ class TrialOutcome:
     pid: int | None = None
     slot: int | None = None
     params: dict[str, Any] | None = None  # a define-by-run trial's, as it sampled them
+    # Whether the trial wrote to the study itself (a function trial's reports, a
+    # define-by-run trial's parameters): the driver then reads it back before telling its
+    # end (see DriverStorage). None: not known (the driver made this outcome).
+    wrote: bool | None = None
 
 
 @dataclass
@@ -215,6 +219,7 @@ def run_function_trial(job: FunctionJob, spec: TrialSpec) -> TrialOutcome:
         os.getpid(),
         None if slot is None else int(slot),
         params,
+        wrote=trial is not None or context.wrote,
     )
 
 
