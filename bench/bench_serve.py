@@ -10,6 +10,7 @@ every LitServe row (issue 27).
     .venv-bench/bin/python bench/bench_serve.py --quick      # smoke run: c=1,8, 1 s windows
     .venv-bench/bin/python bench/bench_serve.py --only paralela_batch,paralela_w1
     .venv-bench/bin/python bench/bench_serve.py --profile    # + paralela's tuning rows
+    .venv-bench/bin/python bench/bench_serve.py --levels 64 --window 4   # one level, shorter
 
 Each server is its own process tree, alone, started from its own venv (paralela from
 ``.venv``, the peers from the interpreter running this script), loading the same model
@@ -115,6 +116,26 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "full": {"levels": (1, 8, 32, 64), "warmup": 2.0, "window": 8.0, "server_warmup": 3.0},
     "quick": {"levels": (1, 8), "warmup": 0.5, "window": 1.0, "server_warmup": 1.0},
 }
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's settings: full or quick, with ``--levels`` and ``--window`` over them."""
+    mode = dict(SETTINGS["quick" if args.quick else "full"])
+    if args.levels:
+        mode["levels"] = tuple(args.levels)
+    if args.window is not None:
+        mode["window"] = args.window
+    return mode
+
+
+def _levels_arg(text: str) -> list[int]:
+    try:
+        levels = [int(c) for c in text.split(",") if c]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of concurrencies: {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"concurrencies must be 1 or more: {text!r}")
+    return levels
 
 
 @dataclass
@@ -450,9 +471,11 @@ def verdicts(rows: Sequence[RowResult]) -> list[str]:
 
 
 def report(rows: Sequence[RowResult], args: argparse.Namespace, meta: dict[str, Any]) -> str:
-    mode = SETTINGS["quick" if args.quick else "full"]
+    mode = settings(args)
     flags = (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
     flags += " --profile" if args.profile else ""
+    flags += f" --levels {','.join(map(str, args.levels))}" if args.levels else ""
+    flags += f" --window {args.window:g}" if args.window is not None else ""
     cost = meta["cost_s"]
     by = {r.name: r for r in rows}
     ran = [r for r in rows if r.levels]
@@ -509,7 +532,7 @@ def report(rows: Sequence[RowResult], args: argparse.Namespace, meta: dict[str, 
         f"- Load: closed loop, asyncio + uvloop streams, HTTP/1.1 keep-alive (`_loadgen.py`), "
         f"concurrency {', '.join(map(str, mode['levels']))}. Each server: "
         f"{mode['server_warmup']:.0f} s warm-up at c=8; each level: {mode['warmup']:.1f} s "
-        f"warm-up, then a {mode['window']:.0f} s window (the anchors: 2 s + 15 s; shorter "
+        f"warm-up, then a {mode['window']:g} s window (the anchors: 2 s + 15 s; shorter "
         "here for a model ~1,000x slower). A response counts when it completes in the "
         "window; latency is first byte sent to last byte received. Sending stops at the "
         "window's end or after 400,000 requests; what is in flight 10 s later is cancelled.",
@@ -661,7 +684,7 @@ def _commit() -> str:
 async def run_all(
     args: argparse.Namespace, names: Sequence[str], log: Callable[[str], None]
 ) -> list[RowResult]:
-    mode = SETTINGS["quick" if args.quick else "full"]
+    mode = settings(args)
     texts = _serve_model.sentences()
     ref, meta = reference(texts, log)
     args.meta = meta
@@ -703,6 +726,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run: c=1,8, 1 s windows")
     ap.add_argument("--only", default="", help=f"rows, comma-separated: {','.join(ROWS)}")
     ap.add_argument("--profile", action="store_true", help="add paralela's tuning rows")
+    ap.add_argument(
+        "--levels", type=_levels_arg, default=None, help="concurrencies, e.g. 64 or 8,32,64"
+    )
+    ap.add_argument("--window", type=float, default=None, help="seconds a level is measured")
     ap.add_argument("--wait-quiet", type=float, default=20.0, help="seconds to wait for idle")
     ap.add_argument("--retries", type=int, default=1, help="reruns of rows with other load")
     ap.add_argument("--paralela", type=Path, default=REPO / ".venv" / "bin" / "paralela")
