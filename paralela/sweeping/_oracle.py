@@ -54,10 +54,7 @@ class Oracle:
         self._identity = driver_identity()
         self._cv = threading.Condition()
         self._asked: collections.deque[Any] = collections.deque()
-        # (trial, state, values, error, wrote): see tell()
-        self._tells: collections.deque[
-            tuple[Any, str, list[float] | None, str | None, bool | None]
-        ] = collections.deque()
+        self._tells: collections.deque[tuple[Any, TrialOutcome]] = collections.deque()
         self._n_asked = 0
         # Trials reserved under the shared budget's lock (one per slot at a time), not
         # yet sampled: RUNNING in the study, so every driver counts them (see _budget).
@@ -89,7 +86,7 @@ class Oracle:
         """Tell how ``trial`` ended (a trial that wrote to the study itself, or may have,
         ``outcome.wrote``, is read back first)."""
         with self._cv:
-            self._tells.append((trial, outcome.state, outcome.values, outcome.error, outcome.wrote))
+            self._tells.append((trial, outcome))
             self._cv.notify_all()
 
     def hold(self) -> None:
@@ -201,10 +198,11 @@ class Oracle:
                         self._n_asked += 1
                     if not tells and not ask and self._closing:
                         return
-                for trial, state_name, values, error, wrote in tells:
-                    state = states.get(state_name, TrialState.FAIL)
+                for trial, outcome in tells:
+                    state = states.get(outcome.state, TrialState.FAIL)
+                    values, error = outcome.values, outcome.error
                     if refresh is not None and (
-                        self._read_back or wrote is not False or state == TrialState.PRUNED
+                        self._read_back or outcome.wrote is not False or state == TrialState.PRUNED
                     ):  # what it wrote (a pruned trial's value is its last report): read it
                         refresh(trial._trial_id)
                     if error:
