@@ -106,8 +106,11 @@ def test_ctrl_c_stops_a_map_of_long_items_at_once_and_starts_nothing_more(
 ) -> None:
     process, markers = start_program(tmp_path)
     try:
-        # Item 0 finishes at once; items 1 and 2 run; 3 and 4 wait in the workers' queues.
-        poll(lambda: started(markers) >= {0, 1, 2}, timeout=30, what="items 1 and 2 to run")
+        # Item 0 finishes at once; two long items run (1 and 2, or 1 and 3 when 2 was
+        # queued behind 1: each worker holds a prefetched task); the rest wait.
+        poll(lambda: len(started(markers)) >= 3, timeout=30, what="item 0 and two long items")
+        running = started(markers)
+        assert 0 in running
         poll(lambda: any((markers / "run" / "chunks").glob("*.pkl")), timeout=10)
         workers = descendants_of(process.pid)
         sent = time.monotonic()
@@ -120,7 +123,7 @@ def test_ctrl_c_stops_a_map_of_long_items_at_once_and_starts_nothing_more(
     assert "interrupted" in out
     assert took < 10, f"Ctrl-C took {took:.1f} s to return control"
     assert "Traceback" not in err, err  # no second Ctrl-C needed, no atexit traceback
-    assert started(markers) == {0, 1, 2}, "an item started after Ctrl-C"
+    assert started(markers) == running, "an item started after Ctrl-C"
     assert [p.name for p in (markers / "run" / "chunks").glob("*.pkl")] == [
         "000000000000-000000000001.pkl"
     ]
@@ -313,7 +316,12 @@ def start_cli(tmp_path: Path, **env: str) -> tuple[subprocess.Popen[str], Path]:
 def test_ctrl_c_stops_the_map_command_at_once(tmp_path: Path, poll: Callable[..., None]) -> None:
     process, markers = start_cli(tmp_path)
     try:
-        poll(lambda: started(markers) >= {0, 1, 2}, timeout=30, what="items 1 and 2 to run")
+        # Item 0 returns at once; then each worker runs a long item. Which ones depends on
+        # where the pool queued them (a worker holds a second, prefetched task): item 2
+        # may wait behind item 1 while the other worker runs 0, then 3.
+        poll(lambda: len(started(markers)) >= 3, timeout=30, what="item 0 and two long items")
+        running = started(markers)
+        assert 0 in running
         sent = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
         _, err = process.communicate(timeout=LONG_S / 2)
@@ -324,7 +332,7 @@ def test_ctrl_c_stops_the_map_command_at_once(tmp_path: Path, poll: Callable[...
     assert took < 10, f"Ctrl-C took {took:.1f} s to return control"
     assert "Interrupted." in err
     assert "Traceback" not in err, err
-    assert started(markers) == {0, 1, 2}
+    assert started(markers) == running  # nothing started after Ctrl-C
 
 
 def test_the_map_command_exits_right_after_a_failed_item(tmp_path: Path) -> None:
