@@ -196,6 +196,8 @@ _FACTORIES: dict[str, Callable[..., Backend]] = {
 _TAKES_OPTIONS = {"slurm"}
 # Backends whose factory pins workers to slots (``factory(..., slots=slots)``).
 _TAKES_SLOTS = {"processes"}
+# Backends with worker processes that import ``preload`` as they start (others ignore it).
+_TAKES_PRELOAD = {"processes"}
 # Local pools hold idle workers between calls: at most one shared pool per name.
 LOCAL_POOLS = frozenset({"processes", "threads"})
 _shared: dict[tuple[str, int | None, str], Backend] = {}
@@ -295,10 +297,7 @@ def make_backend(
         ConfigError: as :func:`get_backend`; also an empty ``slots``.
     """
     _check(backend, workers, options, slots)
-    if preload and backend == "processes":
-        # (through the table: importing paralela.backends._processes rebinds the name)
-        return _FACTORIES["processes"](workers, slots=slots, preload=tuple(preload))
-    return _make(backend, workers, options, slots)
+    return _make(backend, workers, options, slots, preload)
 
 
 def _check(
@@ -332,9 +331,12 @@ def _make(
     workers: int | None,
     options: Mapping[str, Any] | None,
     slots: Sequence[Slot] | None = None,
+    preload: Sequence[str] = (),
 ) -> Backend:
     factory = _FACTORIES[backend]
     given: dict[str, Any] = {} if slots is None else {"slots": slots}
+    if preload and backend in _TAKES_PRELOAD:
+        given["preload"] = tuple(preload)
     if backend in _TAKES_OPTIONS:
         return factory(workers, options, **given)
     return factory(workers, **given)

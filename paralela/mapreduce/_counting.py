@@ -51,9 +51,6 @@ def count_runs_python(
         seen[0] = kv
 
 
-count_runs: Callable[
-    [dict[Any, int], Iterator[Any], Any, Callable[[Any, Any], object], int, list[Any]], None
-]
 try:
     from paralela.mapreduce._speedups import count_runs
 
