@@ -114,7 +114,8 @@ def open_storage(spec: str, *, checked: bool = False, wal: bool = False) -> Any:
 
     ``checked``: the database's schema was already checked against this Optuna version
     (by the driver); a worker then skips the check, which loads Optuna's migration
-    scripts (0.1-0.3 s of CPU). A new SQLite database needs no check either.
+    scripts (0.1-0.3 s of CPU), and the tables' creation (SQLAlchemy asks SQLite about
+    each table first). A new SQLite database needs neither.
     ``wal``: put a SQLite database in WAL mode (see ``_SQLiteConnection``); the sweep
     does it for its own database in the run directory, never for a database the user
     named. The mode stays with the file: the workers' connections use it too.
@@ -135,21 +136,26 @@ def open_storage(spec: str, *, checked: bool = False, wal: bool = False) -> Any:
                 spec,
                 engine_kwargs={"connect_args": connect_args},
                 skip_compatibility_check=checked,
+                skip_table_creation=checked,  # the driver's check found every table
             )
         # Two drivers started at once on one run directory: one creates the database, the
         # other waits and finds it made (else both create tables and one fails). The file
         # appears whole (made under another name, then renamed), so the storage object is
         # built after the lock is let go: 64 drivers had queued behind each other's
         # RDBStorage set-up (~0.8 s each on a loaded machine) before their first ask.
+        made = False
         with locked(os.path.dirname(os.path.abspath(path))):
             if not os.path.exists(path):
-                _create_sqlite(path, wal=wal)
+                made = _create_sqlite(path, wal=wal)
         return optuna.storages.RDBStorage(
             spec,
             engine_kwargs={"connect_args": connect_args},
             skip_compatibility_check=True,
+            skip_table_creation=made,  # made whole just now: no need to ask about each
         )
-    return optuna.storages.RDBStorage(spec, skip_compatibility_check=checked)
+    return optuna.storages.RDBStorage(
+        spec, skip_compatibility_check=checked, skip_table_creation=checked
+    )
 
 
 # ``revision = "..."`` and ``down_revision = "..."`` (or None) in an alembic script.
@@ -193,14 +199,16 @@ def alembic_head(versions: Path | None = None) -> str | None:
     return heads.pop()
 
 
-def _create_sqlite(path: str, *, wal: bool) -> None:
-    """Create a new SQLite database as Optuna's ``RDBStorage`` does, faster: its tables,
-    and alembic's version table with the newest revision (:func:`alembic_head`). Optuna
-    asks alembic for that revision, which executes every migration script: 40-100 ms of
-    CPU at each sweep's start on the benchmark's VM, the slots idle meanwhile.
-    ``RDBStorage`` then finds the database ready and adds its version row, as for any
-    database. Where the revision cannot be read, or anything fails, ``RDBStorage``
-    creates what is missing its own way.
+def _create_sqlite(path: str, *, wal: bool) -> bool:
+    """Create a new SQLite database as Optuna's ``RDBStorage`` does, faster; ``True``
+    where this call made it. Its tables and indexes (the SQL that SQLAlchemy's
+    ``create_all`` runs, compiled from Optuna's models), Optuna's version row, and
+    alembic's version table with the newest revision (:func:`alembic_head`): run
+    through :mod:`sqlite3` in one transaction. Optuna asks alembic for that revision,
+    which executes every migration script (40-100 ms of CPU at each sweep's start on the
+    benchmark's VM, the slots idle meanwhile), and creates the tables through an engine
+    that first asks SQLite about each (another 10-15 ms). Where the revision cannot be
+    read, or anything fails, ``RDBStorage`` creates what is missing its own way.
 
     The database is made under a temporary name with ``synchronous=OFF``, then synced
     once and renamed into place (as ``runs/_atomic.py`` writes a file): SQLite's own
@@ -211,20 +219,55 @@ def _create_sqlite(path: str, *, wal: bool) -> None:
     """
     head = alembic_head()
     if head is None:
-        return
+        return False
 
     import sqlalchemy
-    from optuna.storages._rdb import models
 
     temp = str(temp_path(path))
     open_new(temp).close()  # ours (O_EXCL, no symlink followed); SQLite fills the empty file
+    try:
+        try:
+            script = _creation_sql(head)
+            connection = sqlite3.connect(temp, isolation_level=None)  # BEGIN/COMMIT below
+            try:
+                connection.execute("PRAGMA synchronous=OFF")  # synced once, below
+                if wal:
+                    connection.execute("PRAGMA journal_mode=WAL")  # kept in the file
+                connection.execute("BEGIN")
+                for statement in script:
+                    connection.execute(statement)
+                connection.execute("COMMIT")
+            finally:
+                connection.close()  # the last connection: its WAL folds into the file
+        except (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error):
+            return False  # RDBStorage creates what is missing, its own way
+        fd = os.open(temp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return move_into_place(temp, path)  # False: another driver's won the race
+    except OSError:
+        return False
+    finally:
+        for leftover in (temp, f"{temp}-wal", f"{temp}-shm", f"{temp}-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
 
-    def connect() -> sqlite3.Connection:
-        connection = sqlite3.connect(temp)
-        connection.execute("PRAGMA synchronous=OFF")  # synced once, below
-        if wal:
-            connection.execute("PRAGMA journal_mode=WAL")  # kept in the file
-        return connection
+
+def _creation_sql(head: str) -> list[str]:
+    """The statements that make an empty Optuna database in SQLite at revision
+    ``head``: what ``create_all``, Optuna's version row and ``alembic stamp`` write."""
+    import sqlalchemy
+    from optuna.storages._rdb import models
+    from optuna.version import __version__
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    dialect = sqlite_dialect.dialect()
+
+    def sql(clause: Any) -> str:
+        return str(clause.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
 
     # Alembic's own version table, as ``alembic stamp`` creates it.
     version = sqlalchemy.Table(
@@ -233,27 +276,22 @@ def _create_sqlite(path: str, *, wal: bool) -> None:
         sqlalchemy.Column("version_num", sqlalchemy.String(32), nullable=False),
         sqlalchemy.PrimaryKeyConstraint("version_num", name="alembic_version_pkc"),
     )
-    engine = sqlalchemy.create_engine("sqlite://", creator=connect)
-    try:
-        try:
-            with engine.begin() as connection:
-                models.BaseModel.metadata.create_all(connection)
-                version.create(connection)
-                connection.execute(version.insert().values(version_num=head))
-        finally:
-            engine.dispose()  # the last connection: its WAL folds into the file
-        fd = os.open(temp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        move_into_place(temp, path)  # (a lost race leaves the other driver's database)
-    except (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, OSError):
-        pass  # RDBStorage creates what is missing, its own way
-    finally:
-        for leftover in (temp, f"{temp}-wal", f"{temp}-shm", f"{temp}-journal"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(leftover)
+    script = []
+    for table in [*models.BaseModel.metadata.sorted_tables, version]:
+        script.append(sql(CreateTable(table)))
+        script.extend(sql(CreateIndex(index)) for index in table.indexes)
+    script.append(sql(version.insert().values(version_num=head)))
+    info = models.VersionInfoModel.__table__
+    script.append(
+        sql(
+            info.insert().values(
+                version_info_id=1,
+                schema_version=models.SCHEMA_VERSION,
+                library_version=__version__,
+            )
+        )
+    )
+    return script
 
 
 def make_sampler(name: str, *, seed: int | None, grid: dict[str, list[Any]] | None) -> Any:

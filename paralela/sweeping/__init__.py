@@ -6,9 +6,12 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# typing is not imported at run time: a sweep's function-trial workers import this package.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from paralela.space import (
         Categorical,
         Choice,

@@ -11,10 +11,13 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from paralela.errors import ParalelaError
 from paralela.sweeping import _report
+
+TYPE_CHECKING = False  # typing is not imported at run time (a worker's start)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "FunctionTrialContext",

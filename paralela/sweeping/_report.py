@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing is not imported at run time (a worker's start)
 if TYPE_CHECKING:
+    from typing import Any
+
     from paralela.sweeping._context import FunctionTrialContext
 
 __all__ = [

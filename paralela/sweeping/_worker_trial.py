@@ -13,10 +13,6 @@ import contextlib
 import os
 import sys
 import time
-import traceback  # loaded already in a worker (its error handling)
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 from paralela.sweeping._context import (
     FunctionTrialContext,
@@ -25,59 +21,130 @@ from paralela.sweeping._context import (
     set_function_context,
 )
 
+# Neither typing nor dataclasses (with inspect, ~10 ms) is imported at run time: each
+# worker imports this module as it starts, while the driver opens the database.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any
+
 __all__ = ["FunctionJob", "TrialOutcome", "TrialSpec", "run_function_trial"]
 
 
-@dataclass(frozen=True)
-class TrialSpec:
-    trial_id: int
-    number: int
-    params: dict[str, Any]
-    log_path: str
+class _Fields:
+    """``repr`` and ``==`` from the fields named in ``_fields``, as a dataclass has."""
+
+    _fields: tuple[str, ...] = ()
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({shown})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self._fields)
 
 
-@dataclass
-class TrialOutcome:
-    """How a trial ended, as the runner saw it."""
+class TrialSpec(_Fields):
+    """One trial to run: its id and number in the study, its parameters, its log."""
 
-    number: int
-    state: str  # "COMPLETE", "PRUNED" or "FAIL"
-    values: list[float] | None
-    started: float
-    finished: float
-    error: str | None = None
-    exit_code: int | None = None
-    devices: str | None = None
-    pid: int | None = None
-    slot: int | None = None
-    params: dict[str, Any] | None = None  # a define-by-run trial's, as it sampled them
-    # Whether the trial wrote to the study itself (a function trial's reports, a
-    # define-by-run trial's parameters): the driver then reads it back before telling its
-    # end (see DriverStorage). None: not known (the driver made this outcome).
-    wrote: bool | None = None
+    _fields = ("trial_id", "number", "params", "log_path")
+
+    def __init__(self, trial_id: int, number: int, params: dict[str, Any], log_path: str):
+        self.trial_id = trial_id
+        self.number = number
+        self.params = params
+        self.log_path = log_path
 
 
-@dataclass
-class FunctionJob:
-    """What every function trial shares; sent once per worker.
+class TrialOutcome(_Fields):
+    """How a trial ended, as the runner saw it.
 
-    The pruner travels pickled, and the worker opens the study on the first report: a
-    worker whose trials report nothing never imports Optuna (0.3-0.5 s of CPU each,
-    spent while the first trials should start).
+    ``state``: "COMPLETE", "PRUNED" or "FAIL". ``params``: a define-by-run trial's, as
+    it sampled them. ``wrote``: whether the trial wrote to the study itself (a function
+    trial's reports, a define-by-run trial's parameters): the driver then reads it back
+    before telling its end (see DriverStorage); ``None``: not known (the driver made
+    this outcome).
     """
 
-    objective: Callable[..., Any]
-    storage_spec: str
-    study_name: str
-    pruner: bytes  # the sweep's Optuna pruner, pickled (see paralela.backends.dumps)
-    # A define-by-run objective (``objective(trial)``) samples its parameters in the
-    # worker, with the sweep's sampler (pickled; ``None`` for ``objective(params)``).
-    sampler: bytes | None = None
-    seed: int | None = None
-    # The sweep's own database, in WAL mode: the worker commits as the driver does
-    # (``synchronous=NORMAL``, see paralela.studies.open_storage).
-    wal: bool = False
-    _study: Any = field(default=None, repr=False)
+    _fields = (
+        "number",
+        "state",
+        "values",
+        "started",
+        "finished",
+        "error",
+        "exit_code",
+        "devices",
+        "pid",
+        "slot",
+        "params",
+        "wrote",
+    )
+
+    def __init__(
+        self,
+        number: int,
+        state: str,
+        values: list[float] | None,
+        started: float,
+        finished: float,
+        error: str | None = None,
+        exit_code: int | None = None,
+        devices: str | None = None,
+        pid: int | None = None,
+        slot: int | None = None,
+        params: dict[str, Any] | None = None,
+        wrote: bool | None = None,
+    ):
+        self.number = number
+        self.state = state
+        self.values = values
+        self.started = started
+        self.finished = finished
+        self.error = error
+        self.exit_code = exit_code
+        self.devices = devices
+        self.pid = pid
+        self.slot = slot
+        self.params = params
+        self.wrote = wrote
+
+
+class FunctionJob(_Fields):
+    """What every function trial shares; sent once per worker.
+
+    The pruner travels pickled (see paralela.backends.dumps), and the worker opens the
+    study on the first report: a worker whose trials report nothing never imports Optuna
+    (0.3-0.5 s of CPU each, spent while the first trials should start). A define-by-run
+    objective (``objective(trial)``) samples its parameters in the worker, with the
+    sweep's sampler (``sampler``, pickled; ``None`` for ``objective(params)``). ``wal``:
+    the sweep's own database, in WAL mode: the worker commits as the driver does
+    (``synchronous=NORMAL``, see paralela.studies.open_storage).
+    """
+
+    _fields = ("objective", "storage_spec", "study_name", "pruner", "sampler", "seed", "wal")
+
+    def __init__(
+        self,
+        objective: Callable[..., Any],
+        storage_spec: str,
+        study_name: str,
+        pruner: bytes,
+        sampler: bytes | None = None,
+        seed: int | None = None,
+        wal: bool = False,
+    ):
+        self.objective = objective
+        self.storage_spec = storage_spec
+        self.study_name = study_name
+        self.pruner = pruner
+        self.sampler = sampler
+        self.seed = seed
+        self.wal = wal
+        self._study: Any = None
 
     @property
     def define_by_run(self) -> bool:
@@ -198,6 +265,8 @@ def run_function_trial(job: FunctionJob, spec: TrialSpec) -> TrialOutcome:
                     state = "PRUNED"
                 else:
                     state = "FAIL"
+                    import traceback  # (not at a worker's start: ~2 ms)
+
                     error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
                     print(error, file=sys.stderr)
     finally:
