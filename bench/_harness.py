@@ -93,9 +93,38 @@ class ChildRun:
     tail: str
 
 
+_COMPILED: list[bool] = []
+
+
+def compile_paralela() -> None:
+    """Write the ``.pyc`` files of the paralela package measured here, once per run.
+
+    An installed package has them (pip compiles what it installs, as it did for every
+    peer); a development checkout under PYTHONDONTWRITEBYTECODE=1 (a common setting) has
+    none, and every child, its workers included, would compile paralela from source: the
+    rows would time the bytecode compiler (~1 ms per module, in each process).
+    """
+    if _COMPILED:
+        return
+    _COMPILED.append(True)
+    import compileall
+    import importlib.util
+
+    spec = importlib.util.find_spec("paralela")
+    if spec is not None and spec.origin is not None:
+        compileall.compile_dir(str(Path(spec.origin).parent), quiet=1)
+
+
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The parent's environment with ``bench/`` first on PYTHONPATH (workers inherit it)."""
+    """The parent's environment with ``bench/`` first on PYTHONPATH (workers inherit it).
+
+    Bytecode caching is on (PYTHONDONTWRITEBYTECODE removed) and paralela is compiled
+    first (:func:`compile_paralela`), as for an installed package: every engine's
+    modules then load from ``.pyc`` files alike.
+    """
+    compile_paralela()
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH_DIR), env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if extra:

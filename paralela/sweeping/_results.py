@@ -3,11 +3,12 @@ a leaderboard, CSV/JSON exports and plots."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,24 @@ class TrialRecord:
         return self.finished - self.started
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["value"] = self.value
-        data["duration"] = self.duration
-        data["intermediate"] = {str(k): v for k, v in self.intermediate.items()}
-        return data
+        """Its fields, the value and the duration: plain data (JSON-ready), copied."""
+        return {
+            "number": self.number,
+            "state": self.state,
+            "values": None if self.values is None else list(self.values),
+            "params": copy.deepcopy(self.params),  # (a categorical may be a list)
+            "started": self.started,
+            "finished": self.finished,
+            "slot": self.slot,
+            "devices": self.devices,
+            "exit_code": self.exit_code,
+            "log_path": self.log_path,
+            "error": self.error,
+            "intermediate": {str(k): v for k, v in self.intermediate.items()},
+            "host": self.host,
+            "value": self.value,
+            "duration": self.duration,
+        }
 
 
 @dataclass
@@ -160,9 +174,17 @@ class SweepResult:
             "slots": self.slots,
             "busy_fraction": self.busy_fraction,
             "notes": self.notes,
-            "trials": [t.to_dict() for t in self.trials],
         }
-        atomic_write(out, json.dumps(data, indent=2, default=str).encode())  # never half a file
+        # Indented, but each trial on a line of its own: json's C encoder writes those
+        # (with ``indent`` it is the pure-Python one, ~0.1 ms a trial at a sweep's end).
+        head = json.dumps(data, indent=2, default=str)[:-2]  # (without "\n}")
+        trials = ",\n    ".join(json.dumps(t.to_dict(), default=str) for t in self.trials)
+        text = (
+            f'{head},\n  "trials": [\n    {trials}\n  ]\n}}\n'
+            if trials
+            else f'{head},\n  "trials": []\n}}\n'
+        )
+        atomic_write(out, text.encode())  # never half a file
         return out
 
     def to_csv(self, path: str | Path) -> Path:
