@@ -57,15 +57,19 @@ ENV_GATE_FD = "PARALELA_GATE_FD"
 # the benchmark's VM, on top of paralela's report module: argparse 2.1 ms (gettext
 # included), shutil 2.4 ms (fnmatch, zlib, bz2, lzma), locale 1.0 ms, math 0.3 ms; and a
 # first ``ArgumentParser`` with its ``parse_args`` took 5 ms with them unloaded, 0.5 ms
-# loaded. Kept short on purpose: a module the script does not load costs its import's
-# CPU in every trial (with CPU-bound trials on every core, that CPU is the trials');
+# loaded. ``typing`` (4-5 ms, with ``re``): numpy, torch and nearly every typed script
+# load it; paralela's report module no longer does (it is a function-trial worker's
+# start too), and without it here the gate's opening to the benchmark script's first
+# line of work went from ~1.3 ms to ~7 ms. Kept short on purpose: a module the script
+# does not load costs its import's CPU in every trial (with CPU-bound trials on every
+# core, that CPU is the trials');
 # ``json`` (2 ms), ``pathlib`` (3.5 ms), ``dataclasses`` (6 ms, with ``inspect``) and
 # ``logging`` (7 ms) would each cost more than they save for a script without them.
 # Only files of the standard library's own directory load: any other module they would
 # load (the user's ``shutil.py`` beside the script or on ``PYTHONPATH``, a module this
 # Python lacks) stops the preloading, and the script then imports what it would have
 # imported, after the gate.
-PRELOAD = ("argparse", "shutil", "locale", "math")
+PRELOAD = ("argparse", "shutil", "locale", "math", "typing")
 
 # Runs as ``python -c GATE_CODE SCRIPT ARGS...``. Before the gate: sys.path[0] = the
 # script's (real) directory, as ``python SCRIPT`` sets it; what every trial imports
