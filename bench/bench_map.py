@@ -606,7 +606,7 @@ def run_startup(samples: int, log: Callable[[str], None]) -> list[StartupResult]
                     [sys.executable, "-c", eng.code(), result_path],
                     timeout=CHILD_TIMEOUT_S,
                     cwd=tmp,
-                    env=_startup_env(),
+                    env=child_env(),  # bytecode caching on, paralela compiled
                 )
                 if child.returncode != 0:
                     res.problem = (
@@ -623,17 +623,6 @@ def run_startup(samples: int, log: Callable[[str], None]) -> list[StartupResult]
             log(f"[d] {eng.name}: {res.problem or _med_best(res.walls) + ' s wall'}")
             out.append(res)
     return out
-
-
-def _startup_env() -> dict[str, str]:
-    """The children's environment for (d): as for the others, but with bytecode caching
-    on. An installed package has its ``.pyc`` files; under PYTHONDONTWRITEBYTECODE=1 (a
-    common dev setting) an editable checkout would be compiled from source in every
-    sample, by the driver and by every worker it starts, and (d) would time the compiler.
-    The discarded warm-up sample writes the cache, for every engine alike."""
-    env = child_env()
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
 
 
 def _last_line(text: str) -> str:
@@ -966,7 +955,7 @@ _INTRO = {
     "they stop at exit). `import + ready` (median) is what the paralela target "
     f"(≤ {TARGET_D_READY_S} s) is about. `process wall` = the whole child, from spawn to "
     "exit, measured by the parent. Bytecode caching is on in these children "
-    "(PYTHONDONTWRITEBYTECODE removed; the warm-up sample writes the cache), as for an "
+    "(PYTHONDONTWRITEBYTECODE removed, paralela compiled first), as for an "
     "installed package.",
 }
 

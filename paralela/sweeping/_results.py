@@ -8,7 +8,7 @@ import csv
 import io
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -46,24 +46,15 @@ class TrialRecord:
         return self.finished - self.started
 
     def to_dict(self) -> dict[str, Any]:
-        """Its fields, the value and the duration: plain data (JSON-ready), copied."""
-        return {
-            "number": self.number,
-            "state": self.state,
-            "values": None if self.values is None else list(self.values),
-            "params": copy.deepcopy(self.params),  # (a categorical may be a list)
-            "started": self.started,
-            "finished": self.finished,
-            "slot": self.slot,
-            "devices": self.devices,
-            "exit_code": self.exit_code,
-            "log_path": self.log_path,
-            "error": self.error,
-            "intermediate": {str(k): v for k, v in self.intermediate.items()},
-            "host": self.host,
-            "value": self.value,
-            "duration": self.duration,
-        }
+        """Its fields, the value and the duration: plain data (JSON-ready), copied
+        (as ``dataclasses.asdict``, without its deep copy of every field)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["values"] = None if self.values is None else list(self.values)
+        data["params"] = copy.deepcopy(self.params)  # (a categorical may be a list)
+        data["intermediate"] = {str(k): v for k, v in self.intermediate.items()}
+        data["value"] = self.value
+        data["duration"] = self.duration
+        return data
 
 
 @dataclass
@@ -179,11 +170,8 @@ class SweepResult:
         # (with ``indent`` it is the pure-Python one, ~0.1 ms a trial at a sweep's end).
         head = json.dumps(data, indent=2, default=str)[:-2]  # (without "\n}")
         trials = ",\n    ".join(json.dumps(t.to_dict(), default=str) for t in self.trials)
-        text = (
-            f'{head},\n  "trials": [\n    {trials}\n  ]\n}}\n'
-            if trials
-            else f'{head},\n  "trials": []\n}}\n'
-        )
+        body = f"\n    {trials}\n  " if trials else ""
+        text = f'{head},\n  "trials": [{body}]\n}}\n'
         atomic_write(out, text.encode())  # never half a file
         return out
 
