@@ -36,14 +36,19 @@ class Pair(NamedTuple):
     value: Any
 
 
+def counts(runs: dict[Any, Any]) -> dict[Any, int]:
+    """A runs dict's counts (its values are Tally cells)."""
+    return {key: tally.n for key, tally in runs.items()}
+
+
 def run(count_runs: Counting, items: list[Any], budget: int = 10**9) -> tuple[Any, ...]:
     """count_runs over ``items`` with run value 1: the counts, the others, seen, the rest."""
-    runs: dict[Any, int] = {}
+    runs: dict[Any, Any] = {}
     others: list[tuple[Any, Any]] = []
     seen = ["start"]
     it = iter(items)
     count_runs(runs, it, 1, lambda k, v: others.append((k, v)), budget, seen)
-    return runs, others, seen[0], list(it)
+    return counts(runs), others, seen[0], list(it)
 
 
 def test_pairs_of_the_run_value_are_counted_and_the_others_handed_on(
@@ -92,13 +97,13 @@ def test_any_2_item_iterable_is_unpacked_as_python_unpacks_it(count_runs: Counti
 def test_a_bad_item_raises_what_unpacking_it_raises_and_is_seen(
     count_runs: Counting, item: Any, error: type[Exception], words: str
 ) -> None:
-    runs: dict[Any, int] = {}
+    runs: dict[Any, Any] = {}
     seen: list[Any] = [None]
     it = iter([("x", 1), item, ("y", 1)])
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
         count_runs(runs, it, 1, lambda k, v: None, 100, seen)
     assert seen[0] is item
-    assert runs == {"x": 1}
+    assert counts(runs) == {"x": 1}
     assert list(it) == [("y", 1)]
 
 
@@ -140,6 +145,28 @@ def test_both_loops_agree_on_a_random_stream() -> None:
     results = [run(fn, items, budget=15_000) for fn in IMPLEMENTATIONS.values()]
     assert all(result == results[0] for result in results)
     assert sum(results[0][0].values()) == sum(1 for _, v in items[:15_000] if v is ONE)
+
+
+def test_a_count_goes_on_in_place_from_the_tally_in_the_dict(count_runs: Counting) -> None:
+    """A run begun before (a Tally already in the dict) is counted on, in that cell."""
+    tally = _counting.TallyPython if count_runs is _counting.count_runs_python else _counting.Tally
+    before = tally(5)
+    runs = {"a": before}
+    count_runs(runs, iter([("a", 1), ("b", 1), ("a", 1)]), 1, lambda k, v: None, 10, [None])
+    assert runs["a"] is before
+    assert counts(runs) == {"a": 7, "b": 1}
+    assert type(runs["b"]) is tally
+    assert repr(before) == "Tally(7)"
+
+
+@pytest.mark.skipif(not _counting.COMPILED, reason="paralela was built without a C compiler")
+def test_the_compiled_loop_refuses_a_count_that_is_not_its_tally() -> None:
+    seen: list[Any] = [None]
+    with pytest.raises(TypeError, match="Tally"):
+        _counting.count_runs({"a": 1}, iter([("a", 1)]), 1, lambda k, v: None, 10, seen)
+    assert seen[0] == ("a", 1)
+    with pytest.raises(AttributeError, match="deleted"):
+        del _counting.Tally(1).n
 
 
 def test_the_compiled_loop_is_built_where_a_compiler_is() -> None:

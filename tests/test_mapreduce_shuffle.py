@@ -599,3 +599,24 @@ def test_a_combiner_raising_while_the_buffer_is_compacted_names_its_key(tmp_path
     out = MapOutput(2, tmp_path, combiner=combiner, memory_limit=64 << 20, name="compact")
     with pytest.raises(UserFunctionError, match=r"(?s)combiner raised KeyError.*for key 'w7é'"):
         out.add_all([(f"w{i % 10}é", 1) for i in range(20_000)])  # compacted: 16 a key
+
+
+@pytest.mark.parametrize("record_values", [1, 2, 3, 7, 4096])
+@pytest.mark.parametrize("start", [0, 1, 5])
+def test_add_single_writes_the_records_add_sorted_writes(
+    tmp_path: Path, record_values: int, start: int
+) -> None:
+    """The spill's fast path for lists of one value each gives the same bytes, records
+    cut at the same keys, as the general path (also after a record was begun)."""
+    keys = [f"k{i:04d}" for i in range(997)]
+    lists = {key: [i] for i, key in enumerate(keys)}
+    written = []
+    for method in ("add_sorted", "add_single"):
+        with open(tmp_path / method, "wb") as f:
+            writer = _segments.SegmentWriter(f, True, record_values)
+            writer.add_sorted(keys[:start], lists)  # a record already begun
+            getattr(writer, method)(keys[start:], lists)
+            length = writer.close()
+        written.append(((tmp_path / method).read_bytes(), length, writer.values))
+    assert written[0] == written[1]
+    assert written[0][2] == len(keys)
