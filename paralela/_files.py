@@ -30,12 +30,13 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 __all__ = [
     "DIR_MODE",
     "TMP_PREFIX",
     "atomic_write",
+    "json_text",
     "batched_dir_syncs",
     "create_exclusive",
     "locked",
@@ -134,6 +135,30 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | Iterable[bytes]) ->
             f.write(data)
         else:
             f.writelines(data)
+
+
+def json_text(data: dict[str, Any], *, sort_keys: bool = False, default: Any = None) -> str:
+    """``data`` (a dict with string keys) as JSON a person can read: a top-level key a
+    line, and each item of a top-level list on a line of its own.
+
+    Written by json's C encoder: with ``indent`` json falls back to its pure-Python one,
+    which cost ~0.1 ms a trial at the end of a sweep and ~0.6 ms for a map's summary
+    of 75 chunks. ``json.loads`` gives back what ``json.dumps(data)`` would.
+    """
+    import json
+
+    def dumps(value: Any) -> str:
+        return json.dumps(value, sort_keys=sort_keys, default=default)
+
+    lines = []
+    for key in sorted(data) if sort_keys else data:
+        value = data[key]
+        if isinstance(value, list) and value:
+            items = ",\n    ".join(map(dumps, value))
+            lines.append(f"  {dumps(str(key))}: [\n    {items}\n  ]")
+        else:
+            lines.append(f"  {dumps(str(key))}: {dumps(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n" if lines else "{}\n"
 
 
 def create_exclusive(path: str | os.PathLike[str], data: bytes) -> bool:

@@ -18,7 +18,14 @@ import pytest
 
 import paralela
 from paralela import _files
-from paralela._files import TMP_PREFIX, atomic_write, create_exclusive, make_dirs, temp_path
+from paralela._files import (
+    TMP_PREFIX,
+    atomic_write,
+    create_exclusive,
+    json_text,
+    make_dirs,
+    temp_path,
+)
 from paralela.backends import dumps
 from paralela.backends.slurm._worker import run_task
 from paralela.distributed._checkpoint import save_checkpoint
@@ -246,3 +253,25 @@ def test_move_into_place_never_replaces_what_is_there(tmp_path: Path) -> None:
     assert target.read_bytes() == b"first"
     assert not first.exists()
     assert not second.exists()
+
+
+def test_json_text_reads_back_as_json_dumps_and_puts_list_items_on_lines() -> None:
+    data = {
+        "b": [{"z": 1, "a": [1, 2]}, {"x": None}],
+        "a": 'ü\n"x"',
+        "empty": [],
+        "nested": {"k": [3]},
+        "n": 1.5,
+    }
+    for sort_keys in (False, True):
+        text = json_text(data, sort_keys=sort_keys)
+        assert json.loads(text) == data
+        assert text.endswith("}\n")
+        lines = text.splitlines()
+        first = '    {"a": [1, 2], "z": 1},' if sort_keys else '    {"z": 1, "a": [1, 2]},'
+        assert first in lines  # a list's item on a line of its own
+        assert [line.split(":")[0] for line in lines if line.startswith('  "')] == [
+            f'  "{k}"' for k in (sorted(data) if sort_keys else data)
+        ]
+    assert json.loads(json_text({"when": object()}, default=lambda o: "obj")) == {"when": "obj"}
+    assert json_text({}) == "{}\n"

@@ -3,6 +3,7 @@ initializers, shared data, and what the summary reports."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -257,6 +258,9 @@ def test_summary_reports_items_wall_workers_and_timeline() -> None:
         assert t.attempt == 1
 
     data = json.loads(json.dumps(s.to_dict()))
+    expected = dataclasses.asdict(s)
+    expected["busy_fraction"] = s.busy_fraction
+    assert s.to_dict() == expected  # built directly, the same as asdict's deep copy
     assert data["items"] == 60
     assert len(data["timeline"]) == 20
     assert str(s).startswith("60 items (60 computed, 0 resumed) in ")

@@ -321,10 +321,12 @@ def map(
     from paralela.mapping._summary import Results
 
     iterator: MapIterator[R] = MapIterator(plan)
-    values: list[R] = []
+    # The list is filled in place (the summary fills in as the run goes): no copy of
+    # every result at the end.
+    results: Results[R] = Results((), iterator.summary)
     try:
         for chunk in iterator.chunks():
-            values.extend(chunk)
+            results.extend(chunk)
     except MapError as exc:
-        raise MapError(exc.failures, values, iterator.summary) from None
-    return Results(values, iterator.summary)
+        raise MapError(exc.failures, list(results), iterator.summary) from None
+    return results

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
 from paralela.errors import ConfigError
@@ -110,7 +111,11 @@ class MapSummary:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The summary as plain data (what ``dataclasses.asdict`` gives, built directly:
+        a timeline's chunks are flat records, and asdict deep-copies each field)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["workers"] = [dict(vars(w)) for w in self.workers]
+        data["timeline"] = [dict(vars(t)) for t in self.timeline]
         data["busy_fraction"] = self.busy_fraction
         return data
 
@@ -129,6 +134,6 @@ class Results(list[R], Generic[R]):
 
     summary: MapSummary
 
-    def __init__(self, values: list[R], summary: MapSummary) -> None:
+    def __init__(self, values: Iterable[R], summary: MapSummary) -> None:
         super().__init__(values)
         self.summary = summary

@@ -54,6 +54,7 @@ from paralela._files import (
     atomic_write,
     batched_dir_syncs,
     create_exclusive,
+    json_text,
     make_dirs,
 )
 from paralela._version import __version__
@@ -373,9 +374,8 @@ class RunStore:
         if self.read_only:
             return
         try:
-            atomic_write(
-                self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=True).encode()
-            )
+            text = json_text(summary, sort_keys=True)  # a chunk of the timeline a line
+            atomic_write(self.path / "summary.json", text.encode())
         except OSError as exc:
             if exc.errno not in _CANNOT_WRITE:
                 raise
