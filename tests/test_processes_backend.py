@@ -95,6 +95,16 @@ def test_worker_pids_are_live_children(
     assert set(process_backend.worker_pids()) <= children
 
 
+def test_the_workers_are_spawned_when_the_constructor_returns() -> None:
+    """The constructor waits for the manager's spawns, so that a caller importing
+    modules meanwhile does not hold them back for the GIL (a cold map's start)."""
+    backend = ProcessBackend(2)
+    try:
+        assert len(backend.worker_pids()) == 2  # at once: no polling
+    finally:
+        backend.shutdown()
+
+
 @pytest.mark.parametrize(
     ("how", "exitcode", "words"),
     [("kill", -signal.SIGKILL, "killed by SIGKILL"), ("exit", 3, "exit code 3")],

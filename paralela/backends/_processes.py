@@ -199,8 +199,14 @@ class ProcessBackend(Backend):
         self._lazy_places: set[int] = set()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        # The workers are spawned by the manager, and the constructor waits until they
+        # are (a millisecond or two): a caller that goes on importing holds the GIL, and
+        # the manager would wait for it at each step of each spawn (~10 ms for 2 workers
+        # in a cold map; the workers boot meanwhile, so the start costs nothing after).
+        self._spawned = threading.Event()
         self._manager = threading.Thread(target=self._run, name="paralela-manager", daemon=True)
         self._manager.start()
+        self._spawned.wait()
 
     # -- public interface ----------------------------------------------------------
 
@@ -350,6 +356,8 @@ class ProcessBackend(Backend):
                 with self._lock:
                     if self._broken is None:
                         self._spawn_missing()
+                    if not self._spawned.is_set():
+                        self._spawned.set()
                     self._dispatch()
                     if self._closing and not self._pending and not self._busy():
                         return
@@ -375,6 +383,7 @@ class ProcessBackend(Backend):
             self._fail_everything(exc)
             raise
         finally:
+            self._spawned.set()  # the constructor never waits for a manager that died
             self._stop_workers()
             for ref_id in list(self._broadcasts):
                 self._drop_broadcast(ref_id)
