@@ -100,7 +100,8 @@ def serve_command(
     workers: Annotated[
         int | None,
         workers_option(
-            "Model workers. Default: one per GPU (x --workers-per-device), else one per 4 CPUs."
+            "Model workers. Default: one per GPU (x --workers-per-device), else one per 4 CPUs, "
+            "at least 2."
         ),
     ] = None,
     workers_per_device: Annotated[
