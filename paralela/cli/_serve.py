@@ -100,8 +100,7 @@ def serve_command(
     workers: Annotated[
         int | None,
         workers_option(
-            "Model workers. Default: one per GPU (x --workers-per-device), else one per 4 CPUs, "
-            "at least 2."
+            "Model workers. Default: one per GPU (x --workers-per-device), else one per 4 CPUs."
         ),
     ] = None,
     workers_per_device: Annotated[

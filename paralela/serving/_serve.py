@@ -32,22 +32,19 @@ from paralela.serving._model import ModelError, check_model
 if TYPE_CHECKING:
     from paralela.serving._serve_http import ConnectionLimits
 
-__all__ = ["CPUS_PER_WORKER", "MIN_CPU_WORKERS", "ExposedServerWarning", "serve"]
+__all__ = ["CPUS_PER_WORKER", "ExposedServerWarning", "serve"]
 
-#: Without GPUs, a worker per this many CPUs by default, and at least MIN_CPU_WORKERS
-#: (each with its share of the CPUs as its thread limit). Two processes of one thread
-#: each use 2 CPUs better than one process of 2 threads: a model's threads meet at a
-#: barrier after each operation, and a batch's small operations split poorly. On the
-#: project's 2-CPU VM (AMD EPYC, the anchors' machine), all-MiniLM-L6-v2 batched: one
-#: worker of 2 threads used 1.7 CPUs and answered 59/173/236/248 requests/s at c=1/8/32/64;
-#: two workers of one thread used 1.9 and answered 64/210/256/280 (LitServe with 2 workers,
-#: batch 32: 51/185/242/266), bench/results/round8-serve-workers.md. (On an Intel VM, a
-#: round before, the two were level at c >= 8 and the single worker was ahead at c=1.)
-#: With OMP_WAIT_POLICY=ACTIVE the single worker's threads used 1.97 CPUs for the same
-#: throughput: the CPU went to spinning at the barriers. --workers 1 keeps one copy of
-#: a large model in memory.
+#: Without GPUs, a worker per this many CPUs by default: a batched model uses threads
+#: well, and the server's event loop needs a CPU too. On 2 CPUs one worker with 2 threads
+#: answered 1.9x the requests/s of two with one thread each (the embedding example), and
+#: bench/results/serve.md has it at 85 % of the model's own batched ceiling. It assumes the
+#: CPUs are the server's alone: an OpenMP team waits at each barrier for a thread that lost
+#: its core, so beside other load (bench_serve.py's crowded run) --workers N with one
+#: thread each degrades more gently. Measured again on the anchors' machine (AMD EPYC, 2
+#: CPUs, bench/results/round8-serve-workers.md and round8-serve-full-2workers.md): two
+#: workers of one thread were ahead at c=8 and c=64 (+10-20 %) and behind at c=32 (-10 %,
+#: their batches stayed at 5-6 inputs), so the default stays.
 CPUS_PER_WORKER = 4
-MIN_CPU_WORKERS = 2
 
 
 class ExposedServerWarning(UserWarning):
@@ -89,8 +86,8 @@ def serve(
             :class:`ExposedServerWarning`).
         port: the TCP port; 0 takes a free one (the ready line names it).
         workers: model worker processes. Default: one per GPU times
-            ``workers_per_device``; without GPUs, one per 4 CPUs and at least two (one
-            on a single CPU), each with its share of the CPUs as its thread limit.
+            ``workers_per_device``; without GPUs, one per 4 CPUs (at least one), each
+            with its share of the CPUs as its thread limit.
         workers_per_device: workers sharing each GPU (small models).
         gpus: the GPUs to use (``"0,2"``), or ``"none"`` for CPUs only.
         max_batch: the most inputs per ``predict`` call.
@@ -138,7 +135,6 @@ def serve(
         workers_per_device,
         option="workers_per_device",
         cpus_per_worker=CPUS_PER_WORKER,
-        min_cpu_workers=MIN_CPU_WORKERS,
     )
     if token is None and not is_loopback(_resolve(host, port)[3]):
         _warn_exposed(host)

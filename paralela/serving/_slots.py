@@ -25,20 +25,16 @@ def worker_slots(
     *,
     option: str = "workers_per_gpu",
     cpus_per_worker: int = 1,
-    min_cpu_workers: int = 1,
 ) -> list[Slot]:
     """A slot per model worker of this machine.
 
     Args:
         workers: how many (default: one per GPU times ``per_gpu``, else one per
-            ``cpus_per_worker`` CPUs, and at least ``min_cpu_workers`` where there are
-            that many CPUs).
+            ``cpus_per_worker`` CPUs).
         gpus: the GPUs to use (``"0,2"``), ``"none"`` for CPUs only, or None for all.
         per_gpu: workers sharing each GPU.
         option: the name ``per_gpu`` has for the caller, for messages.
         cpus_per_worker: without GPUs and ``workers``, the CPUs each worker gets.
-        min_cpu_workers: without GPUs and ``workers``, the fewest workers (one CPU each
-            at least).
 
     Raises:
         ConfigError: ``workers`` is not a positive integer, ``per_gpu`` is not 1 without
@@ -64,6 +60,5 @@ def worker_slots(
             "; leave it at 1 (one worker per CPU), or run where GPUs are visible."
         )
     if workers is None:
-        usable = resources.cpus.usable
-        workers = max(1, min(usable, min_cpu_workers), usable // cpus_per_worker)
+        workers = max(1, resources.cpus.usable // cpus_per_worker)
     return make_slots(resources, n_slots=workers)
