@@ -199,10 +199,7 @@ class ProcessBackend(Backend):
         self._lazy_places: set[int] = set()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
-        # The workers are spawned by the manager, and the constructor waits until they
-        # are (a millisecond or two): a caller that goes on importing holds the GIL, and
-        # the manager would wait for it at each step of each spawn (~10 ms for 2 workers
-        # in a cold map; the workers boot meanwhile, so the start costs nothing after).
+        # Wait for the spawns (~1 ms): a caller importing meanwhile holds the GIL they need.
         self._spawned = threading.Event()
         self._manager = threading.Thread(target=self._run, name="paralela-manager", daemon=True)
         self._manager.start()
@@ -216,8 +213,9 @@ class ProcessBackend(Backend):
         try:
             payload, buffers = dumps_with_buffers((fn, wire_args, kwargs), self._zero_copy)
         except Exception as exc:
+            name = getattr(fn, "__qualname__", None) or repr(fn)
             raise UnpicklableError(
-                f"Cannot send {_name(fn)} or its arguments to a worker process: {exc}. "
+                f"Cannot send {name} or its arguments to a worker process: {exc}. "
                 "Use a function defined at module level or a lambda, and pass objects "
                 "such as open files, locks or connections as something workers can "
                 "rebuild (a path, a URL); or use backend='threads'."
@@ -356,8 +354,7 @@ class ProcessBackend(Backend):
                 with self._lock:
                     if self._broken is None:
                         self._spawn_missing()
-                    if not self._spawned.is_set():
-                        self._spawned.set()
+                    self._spawned.set()  # the constructor waits for the first spawns
                     self._dispatch()
                     if self._closing and not self._pending and not self._busy():
                         return
@@ -536,12 +533,14 @@ class ProcessBackend(Backend):
             running.future.set_exception(WorkerDiedError(exitcode, pid=worker.process.pid))
 
     def _count_startup_death(self, exitcode: int | None) -> None:
+        from paralela.errors import describe_exit
+
         self._startup_deaths += 1
         if self._startup_deaths >= MAX_STARTUP_DEATHS:
             self._broken = WorkerDiedError(exitcode)
             self._broken.args = (
                 f"Worker processes die at start-up ({self._startup_deaths} in a row, last: "
-                f"{worker_exit(exitcode)}). Check that paralela and your modules import in a "
+                f"{describe_exit(exitcode)}). Check that paralela and your modules import in a "
                 "fresh interpreter with the same environment.",
             )
             self._fail_everything(self._broken)
@@ -588,12 +587,6 @@ def _cancel_future(future: Future[Any]) -> None:
         future.set_exception(CancelledError())
 
 
-def worker_exit(exitcode: int | None) -> str:
-    from paralela.errors import describe_exit
-
-    return describe_exit(exitcode)
-
-
 def _payload_of(ref: Broadcast[Any], zero_copy: bool) -> tuple[bytes, list[Any]]:
     """The pickle of a broadcast value and its large buffers, kept out of band."""
     try:
@@ -603,7 +596,3 @@ def _payload_of(ref: Broadcast[Any], zero_copy: bool) -> tuple[bytes, list[Any]]
             f"Cannot send the shared object ({type(ref.value).__name__}) to worker "
             f"processes: {exc}. Share plain data (arrays, dicts, paths) instead."
         ) from exc
-
-
-def _name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or repr(fn)

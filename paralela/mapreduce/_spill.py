@@ -505,7 +505,8 @@ class MapOutput:
         keys_of: list[list[Any]] = [[] for _ in range(parts)]
         str_only = set(map(type, buf)) == {str}
         if str_only:  # partition_of inlined: ~0.15 µs a key instead of ~0.5
-            for key, h in zip(buf, map(_crc32, _encoded(buf)), strict=True):
+            encoded = map(str.encode, buf, repeat("utf-8"), repeat("surrogatepass"))
+            for key, h in zip(buf, map(_crc32, encoded), strict=True):
                 keys_of[h % parts].append(key)
         else:
             try:
@@ -516,9 +517,8 @@ class MapOutput:
                 if error is None:
                     raise
                 raise error from error.__cause__
-        # Which lists hold one value each (a word count's, after its runs were combined):
-        # one pass in C over the lengths spares the combining loop, and lets the writer
-        # batch such keys a record at a time (SegmentWriter.add_single).
+        # Lists of one value each (a word count's): no combining pass, and the writer
+        # fills each record in one go (add_single).
         lengths = set(map(len, buf.values()))
         if self._combiner is not None and max(lengths) > 1:
             _combine_lists(self._combiner, buf)
@@ -598,8 +598,3 @@ def _combine_lists(combiner: Any, buf: dict[Any, list[Any]]) -> int:
     except Exception as exc:
         raise combiner_error(exc, key) from exc
     return values
-
-
-def _encoded(keys: Iterable[str]) -> Iterator[bytes]:
-    """Each key's bytes as ``partition_of`` hashes them."""
-    return map(str.encode, keys, repeat("utf-8"), repeat("surrogatepass"))
