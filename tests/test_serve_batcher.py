@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 
@@ -186,3 +187,73 @@ def test_a_lingering_worker_counts_inputs_another_free_worker_took() -> None:
         return first, await lingering
 
     assert run(main()) == ([1], [2])
+
+
+def test_with_two_workers_a_batch_is_at_most_a_fair_share() -> None:
+    """The split of the clients the load began with does not stick: a worker whose 25
+    clients come back while the other holds 7 takes 16 and leaves 9 for the other."""
+
+    async def main() -> tuple[int, int, int, int]:
+        batcher = Batcher(max_batch=32, max_wait=0.0, max_queue=100, workers=1)
+        batcher.put(list(range(7)))
+        held = await batcher.take()  # the other worker's, taken alone, not yet released
+        batcher.workers = 2  # this one is serving too (the pool keeps the count)
+        taking = _took(batcher, expect=25, linger=60.0)  # this one answered 25
+        await asyncio.sleep(0.01)
+        batcher.put(list(range(100, 125)))  # its 25 clients come back
+        mine = await taking
+        left = len(batcher)
+        batcher.release(len(held))
+        batcher.release(len(mine))
+        return len(held), len(mine), left, len(await batcher.take(expect=7, linger=0.0))
+
+    # then, both released, 9 queued and 7 clients expected back: a share of 16 is 8
+    assert run(main()) == (7, 16, 9, 8)
+
+
+def test_unbalanced_clients_even_out_between_two_workers() -> None:
+    """Closed-loop clients on two simulated workers (a batch costs 4 ms + 6.5 ms an
+    input, as the benchmark's model on one CPU): 8 clients, then 24 more at once.
+    Without the fair share the first worker to come free took the newcomers and kept
+    them (batches of 6-10 on one worker beside 21-26 on the other, in every run)."""
+    rng = random.Random(7)
+
+    async def main() -> list[float]:
+        batcher = Batcher(max_batch=32, max_wait=0.0, max_queue=1000, workers=2)
+        sizes: list[list[int]] = [[], []]
+        stop = False
+
+        async def worker(i: int) -> None:
+            answered, took = 0, 0.0
+            loop = asyncio.get_running_loop()
+            while not stop:
+                batch = await batcher.take(answered, 0.25 * took)
+                started = loop.time()
+                await asyncio.sleep((0.004 + 0.0065 * len(batch)) * rng.uniform(0.9, 1.1))
+                took, answered = loop.time() - started, len(batch)
+                batcher.release(len(batch))
+                sizes[i].append(len(batch))
+                for item in batch:
+                    item.future.set_result(None)
+
+        async def client() -> None:
+            while not stop:
+                await batcher.put([0])[0]
+                await asyncio.sleep(rng.uniform(0.0005, 0.002))
+
+        tasks = [asyncio.ensure_future(worker(i)) for i in range(2)]
+        tasks += [asyncio.ensure_future(client()) for _ in range(8)]
+        await asyncio.sleep(0.4)
+        tasks += [asyncio.ensure_future(client()) for _ in range(24)]
+        await asyncio.sleep(0.6)
+        counts = [len(s) for s in sizes]
+        await asyncio.sleep(1.2)
+        stop = True
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return [sum(s[n:]) / max(1, len(s) - n) for s, n in zip(sizes, counts, strict=True)]
+
+    means = run(main())
+    assert all(means), means
+    assert max(means) / min(means) < 1.5, f"mean batch sizes of the two workers: {means}"

@@ -308,6 +308,7 @@ class WorkerPool:
                 continue
             failures = 0
             worker.ready = True
+            self.batcher.workers = max(1, self.ready)  # fair shares among those serving
             if not self._started and all(w.ready for w in self.workers):
                 self._started = True
                 self._on_ready()
@@ -322,6 +323,7 @@ class WorkerPool:
                      f"({worker.ended()}); restarting it")  # fmt: skip
             finally:
                 worker.ready = False
+                self.batcher.workers = max(1, self.ready)
                 unwatch()
             if not self._closing:
                 self.metrics.restarts += 1
@@ -361,6 +363,7 @@ class WorkerPool:
                 raise
             finally:
                 worker.busy_since = None
+                self.batcher.release(len(batch))
             took = loop.time() - sent
             answered = len(batch)
             self.metrics.batch_seconds.observe(took)
