@@ -257,3 +257,17 @@ def test_unbalanced_clients_even_out_between_two_workers() -> None:
     means = run(main())
     assert all(means), means
     assert max(means) / min(means) < 1.5, f"mean batch sizes of the two workers: {means}"
+
+
+def test_with_two_workers_a_burst_after_a_quiet_spell_still_fills_shares() -> None:
+    """Both workers wait on an empty queue (a share of nothing as they began); a burst
+    of 32 gives each a share of the burst, not one input each."""
+
+    async def main() -> list[int]:
+        batcher = Batcher(max_batch=32, max_wait=0.0, max_queue=100, workers=2)
+        takers = [_took(batcher, expect=0, linger=0.0) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        batcher.put(list(range(32)))
+        return sorted(len(batch) for batch in await asyncio.gather(*takers))
+
+    assert run(main()) == [16, 16]

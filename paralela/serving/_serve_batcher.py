@@ -118,9 +118,7 @@ class Batcher:
         """
         self._takers += 1
         try:
-            cap = _NO_CAP
-            if self.workers > 1:  # a fair share of the inputs in the server (module doc)
-                cap = max(1, -(-(self._held + len(self._items) + expect) // self.workers))
+            cap = self._fair_share(expect)
             need = min(expect, self.max_batch - len(self._items), cap - len(self._items))
             if need > 0 and linger > 0:
                 await self._linger(self._arrived + need, linger)
@@ -129,6 +127,12 @@ class Batcher:
             return batch
         finally:
             self._takers -= 1
+
+    def _fair_share(self, expect: int) -> int:
+        """The most inputs a batch may take (module doc): any with one worker."""
+        if self.workers <= 1:
+            return _NO_CAP
+        return max(1, -(-(self._held + len(self._items) + expect) // self.workers))
 
     def release(self, n: int) -> None:
         """A worker is done with a batch of ``n`` inputs (answered, failed or abandoned)."""
@@ -156,8 +160,11 @@ class Batcher:
                     await _wait(loop, self._filling, delay)
                     continue
             share = -(-len(self._items) // self._takers)  # ceil: this taker's part
+            # the share as the take began (clients expected back), or as it is now (a
+            # burst that came while this worker waited for its first input)
+            limit = min(self.max_batch, share, max(cap, self._fair_share(0)))
             batch: list[Item] = []
-            while self._items and len(batch) < min(self.max_batch, share, cap):
+            while self._items and len(batch) < limit:
                 item = self._items.popleft()
                 if not item.future.done():
                     batch.append(item)
