@@ -350,11 +350,13 @@ class ProcessBackend(Backend):
 
     def _run(self) -> None:
         try:
+            with self._lock:
+                self._spawn_missing()
+            self._spawned.set()  # the constructor waits for these first spawns
             while True:
                 with self._lock:
                     if self._broken is None:
                         self._spawn_missing()
-                    self._spawned.set()  # the constructor waits for the first spawns
                     self._dispatch()
                     if self._closing and not self._pending and not self._busy():
                         return

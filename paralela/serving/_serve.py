@@ -141,7 +141,7 @@ def serve(
     limits = connection_limits(max_connections, read_timeout, len(slots))
     sock = _bind(host, port, limits.backlog)
     url = _url(host, sock.getsockname()[1])
-    batcher = Batcher(max_batch, max_wait_ms / 1000, max_queue, workers=len(slots))
+    batcher = Batcher(max_batch, max_wait_ms / 1000, max_queue)  # the pool counts workers
     metrics = Metrics()
     fatal: list[ModelError] = []
     server: Any = None
