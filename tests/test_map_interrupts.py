@@ -45,8 +45,10 @@ PROGRAM = textwrap.dedent(
             raise ValueError("item 1 is bad")
         if os.environ.get("WITH_CHILD"):
             child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-            with open(os.path.join(MARKERS, f"child-{x}"), "w") as f:
+            temp = os.path.join(MARKERS, f".tmp-child-{x}")  # renamed whole into place:
+            with open(temp, "w") as f:  # the test never reads a marker half-written
                 f.write(str(child.pid))
+            os.replace(temp, os.path.join(MARKERS, f"child-{x}"))
         time.sleep(LONG_S)
         return x
 
