@@ -245,14 +245,23 @@ def test_at_the_timeout_the_waiting_processes_end_unrun(
     assert len([t for t in again.trials if t.state == "COMPLETE"]) == len(ran) + 1
 
 
+@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked", "fresh"])
 def test_a_process_that_dies_at_its_gate_leaves_its_trial_to_a_fresh_one(
-    tmp_path: Path, record: Path, poll: Callable[..., None]
+    tmp_path: Path, record: Path, fork: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Trial 0 kills the process waiting for the slot's next turn, then finishes.
+    # Trial 0 kills the process waiting for the slot's next turn, then finishes. A forked
+    # one is the forker's child (its environment as /proc shows it is the forker's).
+    monkeypatch.setenv("PARALELA_FORK_TRIALS", fork)
     killer = """\
     import psutil
 
     def waiting():
+        for forker in psutil.Process(os.getppid()).children():
+            try:
+                if "PARALELA_FORKER_FD" in forker.environ() and forker.children():
+                    return forker.children()[0]
+            except (psutil.Error, OSError):
+                continue
         for p in psutil.process_iter():
             try:
                 env = p.environ()

@@ -52,6 +52,7 @@ from paralela.resources import Slot
 from paralela.studies import UNUSED_ATTR, requeue_interrupted
 from paralela.sweeping._budget import Budget, SharedBudget
 from paralela.sweeping._context import non_finite
+from paralela.sweeping._forker import Forker
 from paralela.sweeping._gate import is_python_script
 from paralela.sweeping._oracle import LOG_ERROR_CHARS, Oracle
 from paralela.sweeping._results import TrialRecord, last_error
@@ -61,7 +62,8 @@ from paralela.sweeping._trials import (
     Reaper,
     TrialOutcome,
     TrialSpec,
-    log_tail,
+    command_outcome,
+    fill,
     run_function_trial,
 )
 
@@ -226,6 +228,11 @@ class _TrialLoop:
         # no process (None) when the gated one died before its turn: it starts plainly.
         self.gate = command is not None and jobs is None and is_python_script(command)
         self.standby: dict[int, tuple[Any, CommandTrial | None]] = {}
+        # ... forked from one interpreter prepared for the script (``_forker``), started
+        # now: it gets ready while the first trials start as fresh interpreters.
+        self.forker = None
+        if self.gate and command:
+            self.forker = Forker.for_script(fill(command[0], {}), command[1])
         self.timed_out: dict[int, str] = {}  # function trials stopped for time: number -> why
         # Command trials run in sessions of their own; the reaper stops them if the
         # driver dies.
@@ -413,7 +420,9 @@ class _TrialLoop:
         assert self.command is not None
         assert self.reaper is not None
         env = {**os.environ, **slot.env()}
-        handle = CommandTrial(self.command, self.spec_of(trial), env, self.events, gated=gated)
+        handle = CommandTrial(
+            self.command, self.spec_of(trial), env, self.events, gated=gated, forker=self.forker
+        )
         self.reaper.add(handle.process.pid)  # its own process group: pgid == pid
         return handle
 
@@ -501,7 +510,9 @@ class _TrialLoop:
             self.reaper.discard_job(handle.job_id)
         ended = self.running.get(handle.spec.number)
         if ended is not None and ended.handle is handle:
-            self.trial_ended(ended, _command_outcome(ended, returncode))
+            self.trial_ended(
+                ended, command_outcome(ended.handle, ended.record.log_path, returncode)
+            )
         else:  # ended at its gate: its trial starts plainly in its turn
             for index, (trial, waiting) in list(self.standby.items()):
                 if waiting is handle:
@@ -550,6 +561,8 @@ class _TrialLoop:
             with contextlib.suppress(OSError):
                 os.unlink(self.spec_of(trial).log_path)
             unused.append(trial)
+        if self.forker is not None:
+            self.forker.close()
         storage = self.study._storage
         for trial_id in [trial._trial_id for trial in unused] + reserved:
             storage.set_trial_system_attr(trial_id, UNUSED_ATTR, True)
@@ -560,32 +573,6 @@ class _TrialLoop:
             # the result, and it waits for them then; else here, unless trials still run
             done = self.ended and not self.running
             self.backend.shutdown(wait=not done and not self.running, cancel_futures=True)
-
-
-def _command_outcome(run: _Running, returncode: int) -> TrialOutcome:
-    """How a command trial ended, from its exit and what the driver saw of it."""
-    handle: CommandTrial | SlurmTrial = run.handle
-    number, now = run.trial.number, time.time()
-    values: list[float] | None
-    if handle.failed is not None:  # stopped by the driver (a NaN report, trial_timeout)
-        state, values, error = "FAIL", None, handle.failed
-    elif handle.pruned:
-        state, values, error = "PRUNED", None, None
-    elif returncode != 0:
-        how = handle.describe_exit(returncode)
-        tail = log_tail(run.record.log_path or "")
-        state, values, error = "FAIL", None, f"{how}; the end of its log:\n{tail}"
-    elif handle.last_value is None:
-        state, values = "FAIL", None
-        error = (
-            "the trial command exited 0 but reported no value; call "
-            "paralela.report(value) in it (the last value reported is the result)"
-        )
-    else:
-        state, values, error = "COMPLETE", [handle.last_value], None
-    return TrialOutcome(  # (its reports came through the driver: wrote nothing itself)
-        number, state, values, handle.started, now, error, returncode, handle.devices, wrote=False
-    )
 
 
 def _handed_over(futures: list[Any]) -> None:

@@ -45,7 +45,16 @@ import os
 import re
 from collections.abc import Sequence
 
-__all__ = ["ENV_GATE_FD", "GATE_CODE", "PRELOAD", "gated_argv", "is_python_script"]
+__all__ = [
+    "ENV_GATE_FD",
+    "GATE_CODE",
+    "PRELOAD",
+    "PREPARE_CODE",
+    "RUN_CODE",
+    "WAIT_CODE",
+    "gated_argv",
+    "is_python_script",
+]
 
 ENV_GATE_FD = "PARALELA_GATE_FD"
 
@@ -81,9 +90,8 @@ PRELOAD = ("argparse", "shutil", "locale", "math", "typing")
 # pkgutil, which would cost each trial ~3 ms of CPU more): sys.argv, a fresh __main__
 # module with an absolute __file__, its exit code; an exception is printed by
 # sys.excepthook from the script's first frame, as Python does.
-GATE_CODE = """\
+PREPARE_CODE = """\
 import os, sys
-gate = int(os.environ.pop("PARALELA_GATE_FD"))
 script = os.path.join(os.getcwd(), sys.argv[1])
 if not getattr(sys.flags, "safe_path", False):
     sys.path[0] = os.path.dirname(os.path.realpath(script))
@@ -124,10 +132,18 @@ except Exception:
     compiled = None
 import gc
 gc.freeze()
+"""
+
+# Waits at the gate (the pipe read end ``gate``): a closed gate exits unrun.
+WAIT_CODE = """\
 opened = os.read(gate, 1) == b"g"
 os.close(gate)
 if not opened:
     os._exit(0)
+"""
+
+# Runs the script as ``python SCRIPT ARGS...`` would (``sys.argv``: ``-c SCRIPT ARGS...``).
+RUN_CODE = """\
 sys.argv = sys.argv[1:]
 main = type(sys)("__main__")
 main.__file__ = script
@@ -147,7 +163,10 @@ except Exception as error:
         frames = frames.tb_next
     sys.excepthook(type(error), error.with_traceback(frames), frames)
     sys.exit(1)
-""".replace("PRELOAD_NAMES", repr(PRELOAD))
+"""
+PREPARE_CODE = PREPARE_CODE.replace("PRELOAD_NAMES", repr(PRELOAD))
+
+GATE_CODE = PREPARE_CODE + f'gate = int(os.environ.pop("{ENV_GATE_FD}"))\n' + WAIT_CODE + RUN_CODE
 
 _PYTHON = re.compile(r"python[0-9.]*|\{python\}")  # {python}: the sweep's own
 

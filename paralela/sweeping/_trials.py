@@ -6,7 +6,9 @@
         worker: output to the trial's log; objective(params); report() -> storage;
                 TrialPruned -> PRUNED; exception -> FAIL with its traceback
     command trial:  Popen(argv with {param} filled in, env = slot + trial variables,
-                    own process group, output to the trial's log, a report pipe)
+                    own process group, output to the trial's log, a report pipe); a
+                    python script's: forked from the sweep's prepared interpreter
+                    (``_forker``), held at its gate (``_gate``) until its turn
         reader thread: report lines -> events; end of pipe + exit code -> event
         terminate(): SIGTERM to the group, SIGKILL to what is left of it after the
                      grace period, its leader gone or not (backends.stop_group, a thread)
@@ -33,6 +35,7 @@ from typing import Any
 
 from paralela.backends import stop_group
 from paralela.errors import ConfigError
+from paralela.sweeping._forker import Forked, Forker
 from paralela.sweeping._gate import ENV_GATE_FD, gated_argv
 from paralela.sweeping._report import ENV_PARAMS, ENV_REPORT_FD, ENV_TRIAL_NUMBER
 
@@ -52,6 +55,8 @@ __all__ = [
     "TrialOutcome",
     "TrialSpec",
     "check_command",
+    "command_outcome",
+    "fill",
     "run_function_trial",
 ]
 
@@ -122,12 +127,40 @@ def check_command(argv: Sequence[str], param_names: Sequence[str]) -> None:
         )
 
 
+def command_outcome(handle: Any, log_path: str | None, returncode: int) -> TrialOutcome:
+    """How a command trial (a :class:`CommandTrial`, a Slurm trial) ended, from its exit
+    code and what the driver saw of it (its reports, why the driver stopped it)."""
+    values: list[float] | None
+    if handle.failed is not None:  # stopped by the driver (a NaN report, trial_timeout)
+        state, values, error = "FAIL", None, handle.failed
+    elif handle.pruned:
+        state, values, error = "PRUNED", None, None
+    elif returncode != 0:
+        how = handle.describe_exit(returncode)
+        tail = log_tail(log_path or "")
+        state, values, error = "FAIL", None, f"{how}; the end of its log:\n{tail}"
+    elif handle.last_value is None:
+        state, values = "FAIL", None
+        error = (
+            "the trial command exited 0 but reported no value; call "
+            "paralela.report(value) in it (the last value reported is the result)"
+        )
+    else:
+        state, values, error = "COMPLETE", [handle.last_value], None
+    number, now = handle.spec.number, time.time()
+    return TrialOutcome(  # (its reports came through the driver: wrote nothing itself)
+        number, state, values, handle.started, now, error, returncode, handle.devices, wrote=False
+    )
+
+
 class CommandTrial:
     """One command trial's process; events go to ``events`` as tuples:
     ``("report", self, value, step)`` and finally ``("exit", self, returncode)``.
 
     ``gated``: start a ``python SCRIPT.py ...`` command now but hold it before the script
     (see ``_gate``) until :meth:`open_gate`; :meth:`close_gate` ends it unrun.
+    ``forker``: fork a gated trial from this prepared interpreter (``_forker``) when it
+    can, else start a fresh one.
     """
 
     def __init__(
@@ -138,6 +171,7 @@ class CommandTrial:
         events: SimpleQueue[tuple[Any, ...]],
         *,
         gated: bool = False,
+        forker: Forker | None = None,
     ) -> None:
         self.spec = spec
         self.started = time.time()
@@ -148,45 +182,78 @@ class CommandTrial:
         self._events = events
         self._gate: int | None = None
         self._stopper: threading.Thread | None = None
-        report_r, report_w = os.pipe()
-        fds = [report_w]
         filled = [fill(arg, spec.params) for arg in argv]
         child_env = {
             **env,
             ENV_PARAMS: json.dumps(spec.params),
             ENV_TRIAL_NUMBER: str(spec.number),
-            ENV_REPORT_FD: str(report_w),
         }
-        run = filled
-        if gated:
-            gate_r, self._gate = os.pipe()
-            fds.append(gate_r)
-            child_env[ENV_GATE_FD] = str(gate_r)
-            run = gated_argv(filled)
         with open(spec.log_path, "ab") as log:
             log.write(f"$ {' '.join(filled)}\n".encode())
             log.flush()
-            try:
-                self.process = subprocess.Popen(
-                    run,
-                    env=child_env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=fds,
-                    start_new_session=True,  # its own group: stopping it stops its children
-                )
-            except BaseException:
-                if self._gate is not None:
-                    os.close(self._gate)
-                raise
-            finally:
-                for fd in fds:
-                    os.close(fd)
+            started: tuple[Forked | subprocess.Popen[bytes], int] | None = None
+            if forker is not None and gated:
+                started = self._fork(forker, filled, child_env, log.fileno())
+            if started is None:
+                started = self._spawn(filled, child_env, log, gated)
+        self.process, report_r = started
         self._reader = threading.Thread(
             target=self._watch, args=(report_r,), name=f"paralela-trial-{spec.number}", daemon=True
         )
         self._reader.start()
+
+    def _fork(
+        self, forker: Forker, filled: list[str], env: dict[str, str], log: int
+    ) -> tuple[Forked, int] | None:
+        """Fork it from the sweep's prepared interpreter (``_forker``), held at its gate;
+        ``None`` if the forker cannot: the caller starts a fresh interpreter."""
+        report_r, report_w = os.pipe()
+        gate_r, gate_w = os.pipe()
+        try:
+            process = forker.start(filled[1:], env, (log, report_w, gate_r))
+        finally:
+            os.close(report_w)
+            os.close(gate_r)
+        if process is None:  # (a child it may have forked exits at its closed gate)
+            os.close(report_r)
+            os.close(gate_w)
+            return None
+        self._gate = gate_w
+        return process, report_r
+
+    def _spawn(
+        self, filled: list[str], env: dict[str, str], log: Any, gated: bool
+    ) -> tuple[subprocess.Popen[bytes], int]:
+        """Start it as a fresh interpreter (held at its gate if ``gated``, see ``_gate``)."""
+        report_r, report_w = os.pipe()
+        fds = [report_w]
+        run = filled
+        env = {**env, ENV_REPORT_FD: str(report_w)}
+        if gated:
+            gate_r, self._gate = os.pipe()
+            fds.append(gate_r)
+            env[ENV_GATE_FD] = str(gate_r)
+            run = gated_argv(filled)
+        try:
+            process = subprocess.Popen(
+                run,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=fds,
+                start_new_session=True,  # its own group: stopping it stops its children
+            )
+        except BaseException:
+            os.close(report_r)
+            if self._gate is not None:
+                os.close(self._gate)
+                self._gate = None
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return process, report_r
 
     def open_gate(self) -> None:
         """Let a gated trial run its script now (its start time is now)."""
