@@ -236,6 +236,9 @@ def test_a_forker_killed_under_its_trials_loses_only_their_exit_codes(tmp_path: 
         forker._process.wait()
         waiting.open_gate()  # its process still runs its script, and ends
         assert waiting.process.wait(timeout=30) == LOST_EXIT
+        assert "exit code is unknown: the sweep's trial forker was killed" in (
+            waiting.describe_exit(LOST_EXIT)
+        )
         assert gone(waiting.process.pid)  # (waited for: it ended)
         assert seen_line(Path(spec.log_path).read_text())["ppid"] != os.getpid()
         assert events.get(timeout=10)[0] == "exit"

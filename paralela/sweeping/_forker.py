@@ -70,7 +70,6 @@ _STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_", "GLIBC_")
 # does (atexit, flushing, SystemExit's code).
 _LOOP_CODE = """\
 control = _socket.socket(fileno=int(os.environ.pop("ENV_SOCKET")))
-base = dict(os.environ)
 poller = select.poll()
 poller.register(control.fileno(), select.POLLIN)
 children = {}
@@ -137,7 +136,7 @@ try:
         sys.modules.pop(name, None)
 except BaseException:
     os._exit(127)
-del base, poller, children, child, control, request, log, report, own
+del poller, children, child, control, request, log, report, own
 """
 
 # Before the preparing: what the loop needs, none of it from the script's directory
@@ -180,6 +179,7 @@ class Forked:
     def __init__(self, pid: int, forker: Forker) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self.lost = False  # its exit code went with the forker (LOST_EXIT)
         self._forker = forker
         try:  # to see it end even if the forker dies (it is not the driver's child)
             self._pidfd: int | None = os.pidfd_open(pid)
@@ -205,7 +205,7 @@ class Forked:
                 raise subprocess.TimeoutExpired(f"trial process {self.pid}", timeout or 0.0)
         with forker._cv:
             if self.returncode is None:
-                self.returncode = LOST_EXIT
+                self.returncode, self.lost = LOST_EXIT, True
             self._close()
             return self.returncode
 

@@ -313,6 +313,11 @@ class CommandTrial:
 
     def describe_exit(self, returncode: int) -> str:
         """How the process ended: ``"the trial command ended with exit code 3"``."""
+        if isinstance(self.process, Forked) and self.process.lost:
+            return (
+                "the trial command's exit code is unknown: the sweep's trial forker was "
+                "killed while it ran (PARALELA_FORK_TRIALS=0 starts each trial fresh)"
+            )
         how = f"exit code {returncode}" if returncode > 0 else f"signal {-returncode}"
         return f"the trial command ended with {how}"
 
