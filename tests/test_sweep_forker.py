@@ -20,6 +20,7 @@ import pytest
 from sweep_helpers import RECORD_VARIABLE, command, notes, write_script
 
 import paralela
+from paralela.errors import ConfigError
 from paralela.sweeping._forker import LOST_EXIT, Forker, forking_allowed
 from paralela.sweeping._trials import CommandTrial, TrialSpec
 
@@ -103,6 +104,8 @@ def test_forking_is_on_unless_turned_off() -> None:
     assert forking_allowed({"PARALELA_FORK_TRIALS": "1"})
     for off in ("0", "no", "False", " off "):
         assert not forking_allowed({"PARALELA_FORK_TRIALS": off})
+    with pytest.raises(ConfigError, match=r"PARALELA_FORK_TRIALS='maybe' is not understood.*1.*0"):
+        forking_allowed({"PARALELA_FORK_TRIALS": "maybe"})
 
 
 def test_a_forked_script_sees_what_python_script_gives_it(
@@ -297,3 +300,13 @@ def test_with_forking_off_every_trial_is_a_fresh_interpreter(
     )
     assert [t.state for t in result.trials] == ["COMPLETE"] * 5
     assert [n["ppid"] for n in notes(record, "ran")] == [os.getpid()] * 5
+
+
+def test_a_fork_setting_not_understood_stops_the_sweep_before_any_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARALELA_FORK_TRIALS", "sometimes")
+    script = write_script(tmp_path, "trial.py", "paralela.report(1.0)\n")
+    with pytest.raises(ConfigError, match="PARALELA_FORK_TRIALS='sometimes' is not understood"):
+        paralela.sweep(command(script), SPACE, n_trials=2, run_dir=tmp_path / "r", progress=False)
+    assert not (tmp_path / "r").exists()

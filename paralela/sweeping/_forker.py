@@ -43,6 +43,7 @@ import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 
+from paralela.errors import ConfigError
 from paralela.sweeping._gate import PREPARE_CODE, RUN_CODE, WAIT_CODE
 from paralela.sweeping._report import ENV_REPORT_FD
 
@@ -164,9 +165,19 @@ FORKER_CODE = (
 
 
 def forking_allowed(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether command trials may be forked (``PARALELA_FORK_TRIALS`` is not ``0``)."""
+    """Whether command trials may be forked: ``PARALELA_FORK_TRIALS`` unset or ``1``
+    (also ``yes``, ``true``, ``on``); ``0`` (``no``, ``false``, ``off``) turns it off."""
     value = (os.environ if environ is None else environ).get(ENV_FORK_TRIALS, "1")
-    return value.strip().lower() not in ("0", "no", "false", "off")
+    key = value.strip().lower()
+    if key in ("1", "yes", "true", "on"):
+        return True
+    if key in ("0", "no", "false", "off"):
+        return False
+    raise ConfigError(
+        f"{ENV_FORK_TRIALS}={value!r} is not understood: set it to 1 (fork each python "
+        "script trial from one prepared interpreter, the default) or 0 (start a fresh "
+        "interpreter for each trial)."
+    )
 
 
 def _startup_variable(name: str) -> bool:

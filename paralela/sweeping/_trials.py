@@ -35,7 +35,7 @@ from typing import Any
 
 from paralela.backends import stop_group
 from paralela.errors import ConfigError
-from paralela.sweeping._forker import Forked, Forker
+from paralela.sweeping._forker import Forked, Forker, forking_allowed
 from paralela.sweeping._gate import ENV_GATE_FD, gated_argv
 from paralela.sweeping._report import ENV_PARAMS, ENV_REPORT_FD, ENV_TRIAL_NUMBER
 
@@ -119,6 +119,7 @@ def check_command(argv: Sequence[str], param_names: Sequence[str]) -> None:
             f"Trial command not found: {argv[0]!r} is neither on PATH nor a file. "
             "Check the spelling, or give its full path."
         )
+    forking_allowed()  # PARALELA_FORK_TRIALS: a value not understood, said now
     unknown = placeholders(argv) - {*param_names, PYTHON}
     if unknown:
         raise ConfigError(
