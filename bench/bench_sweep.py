@@ -172,8 +172,9 @@ SPECS: list[Spec] = [
         "paralela_cmd",
         "paralela.sweep([python, bench/_sweep_work.py, --objective, OBJ, --x, {{x}}, ...], "
         "space, n_trials=N, workers=2, sampler='tpe', plots=False, run_dir=fresh tmp dir, "
-        "progress=False): command trials, each a fresh Python process that calls "
-        "paralela.report(value)",
+        "progress=False): command trials, each a process of its own that calls "
+        "paralela.report(value): each slot's first a fresh Python, the others forked from "
+        "the sweep's prepared interpreter (PARALELA_FORK_TRIALS=0: all fresh)",
         paralela="cmd",
     ),
 ]
