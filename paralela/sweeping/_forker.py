@@ -3,7 +3,7 @@
 ::
 
     driver ── socketpair (SOCK_SEQPACKET) ──> forker: python -c FORKER_CODE SCRIPT.py
-      start(argv, env changes, cwd,             prepared once, as a gated trial is
+      start(argv, env changes,                  prepared once, as a gated trial is
             fds: log, report pipe, gate) ──>   (``_gate.PREPARE_CODE``), then, for each
       <── "p PID"                                request: fork; the child: its own
       <── "x PID EXITCODE" when it ends          process group, the trial's output,
@@ -127,7 +127,6 @@ try:
     os.dup2(log, 2)
     os.close(log)
     os.set_inheritable(report, True)
-    os.chdir(request["cwd"])
     for name in request["unset"]:
         os.environ.pop(name, None)
     os.environ.update(request["set"])
@@ -135,7 +134,9 @@ try:
     sys.argv = ["-c", *request["argv"]]
     for name in own:
         sys.modules.pop(name, None)
-except BaseException:
+except BaseException as error:
+    os.write(2, b"paralela: the trial could not be set up in its forked process: %s\\n"
+             % repr(error).encode(errors="replace"))
     os._exit(127)
 del poller, children, child, control, request, log, report, own
 """
@@ -287,7 +288,8 @@ class Forker:
         unset = [k for k in base if k not in env]
         if any(_startup_variable(name) for name in [*changed, *unset]):
             return None
-        request = {"argv": list(argv), "set": changed, "unset": unset, "cwd": self._cwd}
+        # (no directory: the forker's is the driver's, checked above, and its children's)
+        request = {"argv": list(argv), "set": changed, "unset": unset}
         message = marshal.dumps(request, 4)  # (format 4: read by every Python 3)
         with self._lock:
             if not self._wait_ready():
