@@ -385,3 +385,45 @@ def hangs_above_zero(params: dict[str, Any]) -> float:
     if params["x"] > 0:
         time.sleep(600)
     return float(params["x"] ** 2)
+
+
+# A trial script that prints what it sees of its start as one JSON line (read it back
+# with seen_line): what `python SCRIPT ARGS` gives it, and what a gate or fork left.
+SEEN_SCRIPT = """\
+import json
+import os
+import pickle
+import sys
+
+import __main__
+
+
+class Thing:  # pickled by reference to __main__, as multiprocessing does
+    pass
+
+
+print(json.dumps({
+    "pickled": type(pickle.loads(pickle.dumps(Thing()))).__module__,
+    "argv": sys.argv,
+    "path0": sys.path[0],
+    "file": __file__,
+    "main_file": getattr(__main__, "__file__", None),
+    "name": __name__,
+    "cwd": os.getcwd(),
+    "extra": os.environ.get("SWEEP_TEST_EXTRA"),
+    "dropped": os.environ.get("SWEEP_TEST_DROPPED"),
+    "forker_variable": "PARALELA_FORKER_FD" in os.environ,
+    "gate_variable": "PARALELA_GATE_FD" in os.environ,
+    "loop_modules": sorted({"select", "_socket", "marshal"} & set(sys.modules)),
+    "params": os.environ.get("PARALELA_TRIAL_PARAMS"),
+    "ppid": os.getppid(),
+    "pgid": os.getpgid(0),
+    "pid": os.getpid(),
+}))
+"""
+
+
+def seen_line(output: str) -> dict[str, object]:
+    (line,) = [x for x in output.splitlines() if x.startswith('{"pickled"')]
+    seen: dict[str, object] = json.loads(line)
+    return seen

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from sweep_helpers import RECORD_VARIABLE, command, notes, write_script
+from sweep_helpers import (
+    RECORD_VARIABLE,
+    SEEN_SCRIPT,
+    command,
+    notes,
+    seen_line,
+    write_script,
+)
 
 import paralela
 from paralela.errors import ConfigError
@@ -27,40 +34,6 @@ from paralela.sweeping._trials import CommandTrial, TrialSpec
 pytestmark = pytest.mark.timeout(60)
 
 SPACE = {"x": {"type": "float", "low": -2.0, "high": 3.0}}
-
-# What the script sees of its start, printed as one JSON line.
-SEEN = """\
-import json
-import os
-import pickle
-import sys
-
-import __main__
-
-
-class Thing:  # pickled by reference to __main__, as multiprocessing does
-    pass
-
-
-print(json.dumps({
-    "pickled": type(pickle.loads(pickle.dumps(Thing()))).__module__,
-    "argv": sys.argv,
-    "path0": sys.path[0],
-    "file": __file__,
-    "main_file": getattr(__main__, "__file__", None),
-    "name": __name__,
-    "cwd": os.getcwd(),
-    "extra": os.environ.get("SWEEP_TEST_EXTRA"),
-    "dropped": os.environ.get("SWEEP_TEST_DROPPED"),
-    "forker_variable": "PARALELA_FORKER_FD" in os.environ,
-    "gate_variable": "PARALELA_GATE_FD" in os.environ,
-    "loop_modules": sorted({"select", "_socket", "marshal"} & set(sys.modules)),
-    "params": os.environ.get("PARALELA_TRIAL_PARAMS"),
-    "ppid": os.getppid(),
-    "pgid": os.getpgid(0),
-    "pid": os.getpid(),
-}))
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -93,12 +66,6 @@ def gone(pid: int) -> bool:
         return True
 
 
-def seen_line(output: str) -> dict[str, object]:
-    (line,) = [x for x in output.splitlines() if x.startswith('{"pickled"')]
-    seen: dict[str, object] = json.loads(line)
-    return seen
-
-
 def test_forking_is_on_unless_turned_off() -> None:
     assert forking_allowed({})
     assert forking_allowed({"PARALELA_FORK_TRIALS": "1"})
@@ -113,7 +80,7 @@ def test_a_forked_script_sees_what_python_script_gives_it(
 ) -> None:
     (tmp_path / "code").mkdir()
     script = tmp_path / "code" / "seen.py"
-    script.write_text(SEEN)
+    script.write_text(SEEN_SCRIPT)
     monkeypatch.setenv("SWEEP_TEST_DROPPED", "in the driver's environment only")
     monkeypatch.chdir(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "SWEEP_TEST_DROPPED"}
@@ -202,7 +169,7 @@ def test_a_trial_whose_interpreter_start_would_differ_starts_fresh(
     tmp_path: Path, change: dict[str, str]
 ) -> None:
     script = tmp_path / "seen.py"
-    script.write_text(SEEN)
+    script.write_text(SEEN_SCRIPT)
     for forker in make_forker(script):
         assert forker.start([str(script)], {**os.environ, **change}, (1, 1, 1)) is None
         trial, spec, _ = trial_of(
@@ -218,7 +185,7 @@ def test_a_forker_that_cannot_start_leaves_each_trial_to_a_fresh_interpreter(
     tmp_path: Path,
 ) -> None:
     script = tmp_path / "seen.py"
-    script.write_text(SEEN)
+    script.write_text(SEEN_SCRIPT)
     for forker in make_forker(script, python="/bin/false"):  # exits at once
         trial, spec, _ = trial_of([sys.executable, str(script)], tmp_path, {**os.environ}, forker)
         assert isinstance(trial.process, subprocess.Popen)
@@ -229,7 +196,7 @@ def test_a_forker_that_cannot_start_leaves_each_trial_to_a_fresh_interpreter(
 
 def test_a_forker_killed_under_its_trials_loses_only_their_exit_codes(tmp_path: Path) -> None:
     script = tmp_path / "seen.py"
-    script.write_text(SEEN)
+    script.write_text(SEEN_SCRIPT)
     for forker in make_forker(script):
         waiting, spec, events = trial_of(
             [sys.executable, str(script)], tmp_path, {**os.environ}, forker

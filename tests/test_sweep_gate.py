@@ -19,11 +19,13 @@ from helpers import children_running
 from optuna.trial import TrialState
 from sweep_helpers import (
     RECORD_VARIABLE,
+    SEEN_SCRIPT,
     SLEEP_VARIABLE,
     TIMED_TRIAL,
     command,
     notes,
     pid_gone,
+    seen_line,
     write_script,
 )
 
@@ -34,32 +36,6 @@ from paralela.sweeping._trials import CommandTrial, TrialSpec
 pytestmark = pytest.mark.timeout(60)
 
 SPACE = {"x": {"type": "float", "low": -2.0, "high": 3.0}}
-
-# Notes what the script sees of its start: what `python SCRIPT ARGS` would give it.
-SEEN = """\
-import json
-import os
-import pickle
-import sys
-
-import __main__
-
-
-class Thing:  # pickled by reference to __main__, as multiprocessing does
-    pass
-
-
-print(json.dumps({
-    "pickled": type(pickle.loads(pickle.dumps(Thing()))).__module__,
-    "argv": sys.argv,
-    "path0": sys.path[0],
-    "file": __file__,
-    "main_file": getattr(__main__, "__file__", None),
-    "name": __name__,
-    "gate_variable": "PARALELA_GATE_FD" in os.environ,
-    "params": os.environ.get("PARALELA_TRIAL_PARAMS"),
-}))
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -91,12 +67,6 @@ def gated(
     return trial, spec
 
 
-def seen_line(output: str) -> dict[str, object]:
-    (line,) = [x for x in output.splitlines() if x.startswith('{"pickled"')]
-    seen: dict[str, object] = json.loads(line)
-    return seen
-
-
 def test_which_commands_start_ahead(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text("pass\n")
@@ -114,7 +84,7 @@ def test_which_commands_start_ahead(tmp_path: Path) -> None:
 def test_a_gated_script_sees_what_python_script_gives_it(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
     script = tmp_path / "code" / "seen.py"
-    script.write_text(SEEN)
+    script.write_text(SEEN_SCRIPT)
     args = ["--x", "1.5", "word"]
     direct = subprocess.run(
         [sys.executable, str(script), *args], capture_output=True, text=True, check=True
