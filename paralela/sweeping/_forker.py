@@ -212,13 +212,13 @@ class Forked:
                 self._close()
                 return self.returncode
         if self._pidfd is not None:  # the forker is gone: wait for the process itself
+            # (another thread may wait on it too: the descriptor is closed by __del__)
             ended, _, _ = select.select([self._pidfd], [], [], timeout)
             if not ended:
                 raise subprocess.TimeoutExpired(f"trial process {self.pid}", timeout or 0.0)
         with forker._cv:
             if self.returncode is None:
                 self.returncode, self.lost = LOST_EXIT, True
-            self._close()
             return self.returncode
 
     def _close(self) -> None:
