@@ -41,6 +41,13 @@ def _cpu_slots(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 
+@pytest.fixture
+def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "notes.jsonl"
+    monkeypatch.setenv(RECORD_VARIABLE, str(path))
+    return path
+
+
 def make_forker(script: Path, python: str = sys.executable) -> Iterator[Forker]:
     forker = Forker(python, str(script))
     try:
@@ -151,12 +158,10 @@ def test_a_forked_trial_killed_by_a_signal_ends_with_its_number(tmp_path: Path) 
         assert trial.process.wait(timeout=30) == -signal.SIGKILL
 
 
-def test_a_closed_gate_ends_a_forked_process_unrun(tmp_path: Path) -> None:
-    record = tmp_path / "notes.jsonl"
+def test_a_closed_gate_ends_a_forked_process_unrun(tmp_path: Path, record: Path) -> None:
     script = write_script(tmp_path, "never.py", 'note("ran")\n')
-    env = {**os.environ, RECORD_VARIABLE: str(record)}
     for forker in make_forker(script):
-        trial, _, _ = trial_of([sys.executable, str(script)], tmp_path, env, forker)
+        trial, _, _ = trial_of([sys.executable, str(script)], tmp_path, {**os.environ}, forker)
         trial.close_gate()
         assert trial.process.wait(timeout=30) == 0
     assert notes(record) == []
@@ -221,10 +226,8 @@ def test_a_forker_killed_under_its_trials_loses_only_their_exit_codes(tmp_path: 
 
 
 def test_a_sweep_forks_its_script_trials_and_leaves_no_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, record: Path
 ) -> None:
-    record = tmp_path / "notes.jsonl"
-    monkeypatch.setenv(RECORD_VARIABLE, str(record))
     body = 'note("ran", ppid=os.getppid())\nparalela.report(float(sys.argv[2]) ** 2)\n'
     script = write_script(tmp_path, "trial.py", body)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -254,10 +257,8 @@ def test_a_sweep_forks_its_script_trials_and_leaves_no_process(
 
 
 def test_with_forking_off_every_trial_is_a_fresh_interpreter(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, record: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    record = tmp_path / "notes.jsonl"
-    monkeypatch.setenv(RECORD_VARIABLE, str(record))
     monkeypatch.setenv("PARALELA_FORK_TRIALS", "0")
     script = write_script(
         tmp_path, "trial.py", 'note("ran", ppid=os.getppid())\nparalela.report(1.0)\n'

@@ -238,7 +238,6 @@ class Forker:
     """
 
     def __init__(self, python: str, script: str) -> None:
-        self.python = python
         self.script = os.path.abspath(script)
         self._base = dict(os.environ)
         self._cwd = os.getcwd()
@@ -266,9 +265,8 @@ class Forker:
             self._broken = True
         finally:
             theirs.close()
-        self._reader = threading.Thread(target=self._read, name="paralela-forker", daemon=True)
         if self._process is not None:
-            self._reader.start()
+            threading.Thread(target=self._read, name="paralela-forker", daemon=True).start()
 
     @classmethod
     def for_script(cls, python: str, script: str) -> Forker | None:
